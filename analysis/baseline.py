@@ -1,0 +1,88 @@
+"""The power-law baseline R(C) = A - D / C^B (paper §1), fitted like the sigmoid.
+
+The paper shows why it is only a baseline: on the 8B run it gave A = 1.0 fitted on
+1.5k-50k GPU-h and 0.74 on 5k-50k, where the sigmoid gave 0.645 both times (truth ~0.65).
+It shares `prepare_curve` with the sigmoid, so both see exactly the same points.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from analysis.fit import NAN, CurveError, prepare_curve
+from analysis.models import power_law
+
+B_GRID = np.geomspace(0.01, 5.0, 60)
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    status: str                      # ok | A_unidentified (A at 1) | too_few_points | fit_failed
+    A: float = NAN
+    D: float = NAN                   # in the data's compute units: R = A - D / C^B
+    B: float = NAN
+    sse: float = NAN
+    n_points: int = 0
+    reason: str = ""
+
+    @property
+    def fitted(self):
+        return bool(np.isfinite(self.A))
+
+    def predict(self, compute):
+        return power_law(compute, self.A, self.D, self.B)
+
+
+def _linear_ad(z, y):
+    """Least-squares (A, D) of y ~ A - D z for fixed z = x^-B, with A <= 1 and D >= 0."""
+    zc, yc = z - z.mean(), y - y.mean()
+    D = max(-float(zc @ yc) / max(float(zc @ zc), 1e-300), 0.0)
+    A = float(y.mean() + D * z.mean())
+    if A > 1.0:        # clip A, then the best D for A = 1
+        A, D = 1.0, max(float((1.0 - y) @ z) / max(float(z @ z), 1e-300), 0.0)
+    return A, D
+
+
+def fit_power_law(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit_until=None,
+                  min_points=5):
+    """Fit A - D / C^B on the same points as `fit_sigmoid`; never raises."""
+    try:
+        curve = prepare_curve(compute, reward, r0=r0, epoch=epoch, min_compute=min_compute,
+                              fit_until=fit_until)
+    except CurveError as err:
+        return PowerLawFit(status=err.status, reason=str(err))
+    if curve.x.size < min_points:
+        return PowerLawFit(status="too_few_points", n_points=int(curve.x.size),
+                           reason=f"{curve.x.size} points, need {min_points}")
+    scale = float(curve.x[-1])
+    x, y = curve.x / scale, curve.y
+    best = None
+    for B in B_GRID:                                   # A, D are linear for fixed B
+        A, D = _linear_ad(x ** -B, y)
+        sse = float(np.sum((y - (A - D * x ** -B)) ** 2))
+        if best is None or sse < best[3]:
+            best = (A, D, B, sse)
+
+    def residual(theta):
+        A, D, b = theta
+        return A - D * x ** -np.exp(b) - y
+
+    A0, D0, B0, sse0 = best
+    try:
+        sol = least_squares(residual, (A0, D0, np.log(B0)), method="trf",
+                            bounds=((-np.inf, 0.0, np.log(1e-3)), (1.0, np.inf, np.log(50.0))))
+        if 2 * sol.cost < sse0:
+            (A0, D0, b), sse0 = sol.x, 2 * sol.cost
+            B0 = float(np.exp(b))
+    except ValueError:
+        pass
+    if not np.isfinite(sse0):
+        return PowerLawFit(status="fit_failed", reason="no finite fit")
+    status = "A_unidentified" if A0 > 1.0 - 1e-3 else "ok"
+    with np.errstate(over="ignore"):                   # D in FLOP units can overflow: inf
+        D = float(D0 * scale**B0)
+    return PowerLawFit(status=status, A=float(A0), D=D, B=float(B0),
+                       sse=float(sse0), n_points=int(x.size),
+                       reason="A sits at its upper bound 1.0" if status != "ok" else "")

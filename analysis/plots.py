@@ -1,0 +1,247 @@
+"""Figures for a sweep: one per run, an overview on a log-compute axis, and A/B bars.
+
+Every function returns a matplotlib Figure built without pyplot (so no global state and
+no GUI backend: Figure renders through Agg); `analysis.io.save_figure` writes the PNG.
+Drawing conventions, shared by all figures:
+    filled dots   points the fit used
+    hollow grey   points below the compute threshold (paper §1: early points excluded)
+    hollow color  points after fit_until, i.e. what the fit had to predict
+    solid line    the fitted curve over the fitted window; dashed where it extrapolates
+    shaded band   pointwise bootstrap interval of the curve
+"""
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from analysis.fit import USABLE
+
+STYLE = {
+    "font.size": 10, "axes.titlesize": 11, "axes.titleweight": "bold", "axes.labelsize": 10,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.alpha": 0.25, "grid.linewidth": 0.6, "legend.frameon": False, "legend.fontsize": 8.5,
+    "xtick.labelsize": 9, "ytick.labelsize": 9, "lines.linewidth": 2.0,
+}
+GREY, BAD = "#8a8a8a", "#c0392b"
+
+
+def colors(n):
+    """Distinct colours: tab10 up to 10 series, tab20 up to 20, then a viridis sweep."""
+    if n <= 10:
+        return [matplotlib.colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [matplotlib.colormaps["tab20"](i) for i in range(n)]
+    return [matplotlib.colormaps["viridis"](x) for x in np.linspace(0, 0.95, n)]
+
+
+def _interval(value, lo, hi, fmt=".3f"):
+    if not np.isfinite(lo):
+        return f"{value:{fmt}}"
+    return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _draw_curve(ax, fit, x_lo, x_hi, color, band=True, label=None):
+    """Fitted curve: dotted below the cut-off, solid over the window, dashed beyond."""
+    xs = np.geomspace(x_lo, x_hi, 300)
+    start, end = fit.min_compute if fit.min_compute > 0 else x_lo, fit.last_compute
+    if band and fit.boot.shape[0] > 1:
+        lo, hi = fit.band(xs)
+        ax.fill_between(xs, lo, hi, color=color, alpha=0.18, linewidth=0)
+    y = fit.predict(xs)
+    for mask, style, width, lab in ((xs <= start, ":", 1.2, None),
+                                    ((xs >= start) & (xs <= end), "-", 2.0, label),
+                                    (xs >= end, "--", 2.0, None)):
+        if mask.any():
+            ax.plot(xs[mask], y[mask], style, color=color, linewidth=width, label=lab)
+
+
+def plot_run(fit, compute, reward, *, title, axis_label="compute", target_compute=None):
+    """One run: its points, fitted curve, bootstrap band, cut-off and extrapolation."""
+    C, R = np.asarray(compute, float), np.asarray(reward, float)
+    ok = np.isfinite(C) & np.isfinite(R) & (C > 0)
+    C, R = C[ok], R[ok]
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(7.2, 4.6), layout="constrained")
+        ax = fig.add_subplot()
+        color = matplotlib.colormaps["tab10"](0)
+        if C.size == 0:
+            ax.text(0.5, 0.5, f"no points to plot\nstatus: {fit.status}", ha="center", va="center",
+                    transform=ax.transAxes, color=BAD)
+            ax.set_title(title)
+            return fig
+        x_lo, x_hi = C.min() / 1.5, max(C.max(), target_compute or 0) * 1.5
+        cut = fit.min_compute if np.isfinite(fit.min_compute) else 0.0
+        horizon = fit.fit_until if np.isfinite(fit.fit_until) else np.inf
+        below, after = C < cut, C > horizon
+        used = ~below & ~after
+        ax.scatter(C[below], R[below], s=16, facecolors="none", edgecolors=GREY, label="below cut-off")
+        ax.scatter(C[used], R[used], s=14, color=color, alpha=0.8, linewidths=0, label="fitted points")
+        if after.any():
+            ax.scatter(C[after], R[after], s=16, facecolors="none", edgecolors=color, label="held out")
+        if fit.fitted:
+            _draw_curve(ax, fit, x_lo, x_hi, color, label="sigmoid fit")
+        if np.isfinite(fit.R0):
+            ax.axhline(fit.R0, color=GREY, linestyle=":", linewidth=1)
+            ax.annotate(f"R0 = {fit.R0:.3f}", (x_lo, fit.R0), xytext=(4, 4), textcoords="offset points",
+                        fontsize=8, color=GREY)
+        if cut > 0:
+            ax.axvline(cut, color=GREY, linestyle="--", linewidth=1)
+            ax.annotate("fit cut-off", (cut, 0.02), xycoords=("data", "axes fraction"),
+                        xytext=(3, 0), textcoords="offset points", fontsize=8, color=GREY)
+        if np.isfinite(horizon):
+            ax.axvline(horizon, color="black", linestyle="-.", linewidth=1)
+            ax.annotate("fit until", (horizon, 0.02), xycoords=("data", "axes fraction"),
+                        xytext=(3, 0), textcoords="offset points", fontsize=8)
+        if fit.usable:
+            ax.axhline(fit.A, color=color, linestyle="-.", linewidth=1, alpha=0.7)
+            if np.isfinite(fit.A_lo):
+                ax.axhspan(fit.A_lo, fit.A_hi, color=color, alpha=0.08, linewidth=0)
+            text = (f"A = {_interval(fit.A, fit.A_lo, fit.A_hi)}\nB = {_interval(fit.B, fit.B_lo, fit.B_hi, '.2f')}"
+                    f"\nC_mid = {_interval(fit.C_mid, fit.C_mid_lo, fit.C_mid_hi, '.3g')}")
+        elif fit.fitted:
+            text = "A not identified\n" + "\n".join(fit.reasons[:2])
+        else:
+            text = f"no fit: {fit.status}\n" + "\n".join(fit.reasons[:2])
+        ax.text(0.02, 0.97, text, transform=ax.transAxes, va="top", fontsize=8.5,
+                color="black" if fit.usable else BAD,
+                bbox=dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor="#dddddd", alpha=0.9))
+        ax.set_xscale("log")
+        ax.set_xlim(x_lo, x_hi)
+        ax.set_xlabel(axis_label)
+        ax.set_ylabel("held-out pass rate")
+        top = np.nanmax([R.max(), fit.A_hi if fit.usable else np.nan, fit.A if fit.usable else np.nan])
+        bottom = np.nanmin([R.min(), fit.R0])
+        span = top - bottom if top > bottom else 0.1 * max(abs(top), 1.0)
+        if np.isfinite(span) and np.isfinite(top + 0.3 * span):
+            ax.set_ylim(bottom - 0.05 * span, top + 0.3 * span)        # room for the text box
+        ax.set_title(f"{title}   [{fit.status}]", color="black" if fit.usable else BAD)
+        handles, labels = ax.get_legend_handles_labels()
+        if fit.fitted:
+            handles.append(Line2D([], [], color=color, linestyle="--"))
+            labels.append("extrapolation")
+        if fit.boot.shape[0] > 1:
+            handles.append(Patch(color=color, alpha=0.18, linewidth=0))
+            labels.append(f"{100 * fit.level:.0f}% bootstrap band")
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.0, 0.78))   # under the box
+    return fig
+
+
+def _units(board):
+    """The ranked entries: arm rows for arms with 2+ seeds, run rows otherwise; best first."""
+    multi = set(board.loc[board["level"] == "arm", "arm"])
+    units = board[(board["level"] == "arm") | ~board["arm"].isin(multi)]
+    return units.sort_values("rank", na_position="last", kind="stable")
+
+
+def plot_overview(board, fits, data, *, title="sweep", axis_label="compute", max_legend=20):
+    """All runs on one log-compute axis; colours follow rank, seeds share their arm's colour."""
+    units = _units(board)
+    palette = dict(zip(units["arm"], colors(len(units))))
+    runs = board[board["level"] == "run"]
+    with matplotlib.rc_context(STYLE):
+        wide = len(units) > 8
+        fig = Figure(figsize=(10.5 if wide else 8.0, 5.2), layout="constrained")
+        ax = fig.add_subplot()
+        positive = [C[C > 0] for C, _ in data.values() if np.any(C > 0)]
+        if not positive:
+            ax.text(0.5, 0.5, "no points", ha="center", transform=ax.transAxes)
+            return fig
+        x_lo = min(c.min() for c in positive) / 1.5
+        x_hi = max(c.max() for c in positive) * 1.5
+        for row in runs.itertuples():
+            C, R = data[row.run]
+            fit, color = fits[row.run], palette[row.arm]
+            ax.scatter(C[C > 0], R[C > 0], s=7, color=color, alpha=0.3, linewidths=0)
+            if fit.fitted:
+                start = fit.min_compute if fit.min_compute > 0 else x_lo
+                _draw_curve(ax, fit, max(x_lo, start / 3), x_hi, color, band=False)
+        handles, labels = [], []
+        for unit in units.head(max_legend).itertuples():
+            rank = f"#{int(unit.rank)} " if np.isfinite(unit.rank) else ""
+            value = f"A={unit.A:.3f}" if unit.status in USABLE else unit.status
+            handles.append(Line2D([], [], color=palette[unit.arm], linewidth=2))
+            labels.append(f"{rank}{unit.run}  ({value})")
+        if len(units) > max_legend:
+            handles.append(Line2D([], [], linestyle="none"))
+            labels.append(f"... {len(units) - max_legend} more in leaderboard.csv")
+        ax.set_xscale("log")
+        ax.set_xlim(x_lo, x_hi)
+        ax.set_xlabel(axis_label)
+        ax.set_ylabel("held-out pass rate")
+        ax.set_title(f"{title}: reward vs compute (solid = fitted window, dashed = extrapolated)")
+        ax.legend(handles, labels, loc="upper left" if wide else "lower right",
+                  bbox_to_anchor=(1.01, 1.0) if wide else None, fontsize=8)
+    return fig
+
+
+def plot_params(board, *, margin=0.02, title="sweep"):
+    """Horizontal bars of A and B with their intervals, best rank on top."""
+    units = _units(board)
+    units = units[np.isfinite(units["A"].astype(float))]
+    with matplotlib.rc_context(STYLE):
+        n = max(len(units), 1)
+        fig = Figure(figsize=(10.0, 1.4 + 0.34 * n), layout="constrained")
+        ax_a, ax_b = fig.subplots(1, 2, sharey=True, gridspec_kw={"wspace": 0.08})
+        if units.empty:
+            ax_a.text(0.5, 0.5, "no fitted runs", ha="center", transform=ax_a.transAxes)
+            return fig
+        y = np.arange(len(units))[::-1]
+        ok = units["status"].isin(USABLE).to_numpy()
+        names = [f"#{int(r)} {n}" if np.isfinite(r) else n for r, n in zip(units["rank"], units["run"])]
+        for ax, p in ((ax_a, "A"), (ax_b, "B")):
+            v = units[p].to_numpy(float)
+            lo = np.nan_to_num(v - units[f"{p}_lo"].to_numpy(float), nan=0.0).clip(min=0)
+            hi = np.nan_to_num(units[f"{p}_hi"].to_numpy(float) - v, nan=0.0).clip(min=0)
+            colr = np.where(ok, "#4c72b0" if p == "A" else "#55a868", "#d9d9d9")
+            ax.barh(y, v, color=colr, height=0.66, hatch=None, edgecolor="white")
+            ax.errorbar(v[ok], y[ok], xerr=[lo[ok], hi[ok]], fmt="none", ecolor="black", capsize=2.5, lw=1)
+            for yi in y[~ok]:
+                ax.text(0.01, yi, "not identified", va="center", fontsize=8, color=BAD,
+                        transform=ax.get_yaxis_transform())
+            ax.set_title("A (asymptote)" if p == "A" else "B (efficiency exponent)")
+            ax.grid(axis="y", visible=False)
+        if ok.any():
+            best = units.loc[ok, "A"].max()
+            ax_a.axvspan(best - margin, best, color="#4c72b0", alpha=0.12, linewidth=0,
+                         label=f"within {margin} of the best (tie margin)")
+            ax_a.legend(loc="lower left", bbox_to_anchor=(0.0, 1.06), fontsize=8)
+            lo_x = np.nanmin(units["A_lo"].where(ok, units["A"]).to_numpy(float))
+            ax_a.set_xlim(max(0.0, lo_x - 0.05), min(1.0, np.nanmax(units["A_hi"].to_numpy(float)) + 0.03))
+        ax_a.set_yticks(y, names)
+        ax_a.set_ylim(-0.6, len(units) - 0.4)
+        ax_b.set_xlabel("B")
+        ax_a.set_xlabel("A")
+        fig.suptitle(f"{title}: fitted parameters (bars: estimate, whiskers: interval)", fontweight="bold")
+    return fig
+
+
+def plot_extrapolation(per_run, aggregate, *, within=0.02):
+    """Predicted vs observed final reward, one dot per run, with the ±within band."""
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(5.6, 5.4), layout="constrained")
+        ax = fig.add_subplot()
+        has = per_run[np.isfinite(per_run["pred_final"]) & np.isfinite(per_run["obs_final"])]
+        if has.empty:
+            ax.text(0.5, 0.5, "no predictions", ha="center", transform=ax.transAxes)
+            return fig
+        lo = min(has["pred_final"].min(), has["obs_final"].min()) - 0.03
+        hi = max(has["pred_final"].max(), has["obs_final"].max()) + 0.03
+        grid = np.array([lo, hi])
+        ax.fill_between(grid, grid - within, grid + within, color="#4c72b0", alpha=0.12, linewidth=0,
+                        label=f"within ±{within}")
+        ax.plot(grid, grid, color="black", linewidth=1)
+        for status, group in has.groupby("status"):
+            ax.scatter(group["obs_final"], group["pred_final"], s=22, label=status,
+                       color="#4c72b0" if status in USABLE else BAD, alpha=0.85, linewidths=0)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_aspect("equal")
+        ax.set_xlabel(f"observed final reward (mean of last {aggregate['n_final']} evals)")
+        ax.set_ylabel(f"predicted from first {100 * aggregate['fraction']:.0f}% of compute")
+        ax.set_title(f"extrapolation: {100 * aggregate['frac_within']:.0f}% within ±{within},"
+                     f" median error {aggregate['median_abs_error']:.3f}")
+        ax.legend(loc="upper left")
+    return fig

@@ -1,0 +1,15 @@
+"""Advantage normalization (config group ``adv_norm``), ScaleRL §3.
+
+``fn(rewards (P, G), keep (P,) bool, cfg) -> advantages (P, G)``. Every
+option centres rewards on the group mean; they differ in the scale. Rows of
+groups with ``keep=False`` (dropped by the data filter) get advantage 0 and do
+not enter any batch statistic. Must not know about losses or models.
+"""
+from scalerl.adv_norm import batch, none, prompt
+from scalerl.config.registry import Option
+
+ADV_NORMS: dict[str, Option] = {
+    "batch": Option(batch.BatchNormConfig, batch.batch_normalized),
+    "prompt": Option(prompt.PromptNormConfig, prompt.prompt_normalized),
+    "none": Option(none.NoNormConfig, none.centered),
+}

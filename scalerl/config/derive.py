@@ -1,0 +1,50 @@
+"""Derive once: one pure function turns the primary knobs into every derived
+quantity (STYLE.md rule 4). Its result is written next to config.yaml."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from scalerl.config.errors import check
+
+
+@dataclass(frozen=True)
+class Derived:
+    world_size: int
+    samples_per_step: int
+    prompts_per_rank: int
+    prompts_per_minibatch: int
+    samples_per_minibatch: int
+    steps_per_epoch: float
+    epochs: float
+    max_completion_tokens: int
+    eval_points: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def derive(cfg, world_size: int = 1, phrase_tokens: int = 0) -> Derived:
+    """``cfg`` is the validated ``Config`` object."""
+    b = cfg.batch
+    check(b.prompts % world_size == 0, "batch.prompts",
+          f"batch.prompts={b.prompts} must be divisible by the number of ranks ({world_size})")
+    per_rank = b.prompts // world_size
+    check(per_rank % b.minibatches == 0, "batch.minibatches",
+          f"prompts per rank ({per_rank}) must be divisible by batch.minibatches={b.minibatches}")
+    n_train = getattr(cfg.task, "n_train", None) or 1
+    steps_per_epoch = n_train / b.prompts
+    budget = cfg.length.max_new_tokens
+    if getattr(cfg.length, "answer_budget", 0):
+        budget = budget + phrase_tokens + cfg.length.answer_budget
+    return Derived(
+        world_size=world_size,
+        samples_per_step=b.prompts * b.generations,
+        prompts_per_rank=per_rank,
+        prompts_per_minibatch=per_rank // b.minibatches,
+        samples_per_minibatch=per_rank // b.minibatches * b.generations,
+        steps_per_epoch=steps_per_epoch,
+        epochs=cfg.train.steps / steps_per_epoch,
+        max_completion_tokens=budget,
+        eval_points=1 + math.ceil(cfg.train.steps / cfg.train.eval_every),
+    )

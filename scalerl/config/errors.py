@@ -1,0 +1,14 @@
+"""The one error type for bad configuration: it always names the key to fix."""
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}  (fix it with `{key}=...` on the command line or in its YAML)")
+
+
+def check(ok: bool, key: str, message: str) -> None:
+    """Raise ``ConfigError(key, message)`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(key, message)

@@ -1,0 +1,105 @@
+"""The top-level run config (Hydra primary schema ``base_config``).
+
+Axis groups whose options have different fields (``loss``, ``filter``, ...)
+are typed ``Any`` here; each option's own dataclass (registered as
+``schema/<axis>/<name>``) types and validates its node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from scalerl.config.errors import check
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class BatchConfig:
+    """Primary batch knobs (ScaleRL §2: 48 prompts x 16 generations)."""
+
+    name: str = MISSING
+    prompts: int = 16
+    """Prompts per optimizer step (across all data-parallel ranks)."""
+    generations: int = 16
+    """Completions sampled per prompt (the group size G)."""
+    minibatches: int = 2
+    """Optimizer updates per generated batch; groups are never split across minibatches."""
+
+    def __post_init__(self) -> None:
+        check(self.prompts > 0, "batch.prompts", f"must be > 0, got {self.prompts}")
+        check(self.generations > 1, "batch.generations",
+              f"must be >= 2 (group-relative advantages need at least two samples), got {self.generations}")
+        check(self.minibatches > 0, "batch.minibatches", f"must be > 0, got {self.minibatches}")
+        check(self.prompts % self.minibatches == 0, "batch.minibatches",
+              f"batch.prompts={self.prompts} must be divisible by batch.minibatches={self.minibatches}")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 600
+    """Optimizer steps (generation batches) in the run."""
+    lr: float = 1.5e-4
+    """Constant after warm-up (paper: 5e-7 at 8B; tiny models need far more, TINY_RL.md)."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    grad_clip: float = 1.0
+    temperature: float = 1.0
+    eval_every: int = 25
+    eval_samples: int = 4
+    """Samples per held-out prompt; the pass rate is their mean (paper: 16)."""
+    ckpt_every: int = 25
+    """Checkpoint period in steps; every eval step is also checkpointed."""
+    keep_checkpoints: int = 2
+    device: str = "auto"
+    """auto (cuda if available), cpu or cuda."""
+    threads: int = 0
+    """torch threads; 0 = auto (SCALERL_NUM_THREADS, SLURM_CPUS_PER_TASK, or all cores)."""
+    max_nan_skips: int = 10
+    """Abort after this many consecutive steps skipped for a non-finite loss."""
+    gpus: int = 0
+    """Devices this run is accounted for in device-hours (0 = auto: 1 per rank)."""
+
+    def __post_init__(self) -> None:
+        check(self.steps > 0, "train.steps", f"must be > 0, got {self.steps}")
+        check(self.lr > 0, "train.lr", f"must be > 0, got {self.lr}")
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.betas", f"need two values in [0, 1), got {self.betas}")
+        check(self.eval_every > 0, "train.eval_every", f"must be > 0, got {self.eval_every}")
+        check(self.eval_samples > 0, "train.eval_samples", f"must be > 0, got {self.eval_samples}")
+        check(self.ckpt_every > 0, "train.ckpt_every", f"must be > 0, got {self.ckpt_every}")
+        check(self.keep_checkpoints >= 1, "train.keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
+        check(self.temperature > 0, "train.temperature", f"must be > 0, got {self.temperature}")
+        check(self.grad_clip > 0, "train.grad_clip", f"must be > 0, got {self.grad_clip}")
+        check(self.device in DEVICES, "train.device", f"must be one of {DEVICES}, got {self.device!r}")
+        check(self.threads >= 0, "train.threads", f"must be >= 0, got {self.threads}")
+        check(self.max_nan_skips >= 1, "train.max_nan_skips", f"must be >= 1, got {self.max_nan_skips}")
+
+
+@dataclass
+class Config:
+    model: Any = MISSING
+    task: Any = MISSING
+    loss: Any = MISSING
+    aggregation: Any = MISSING
+    adv_norm: Any = MISSING
+    precision: Any = MISSING
+    filter: Any = MISSING
+    length: Any = MISSING
+    batch: BatchConfig = MISSING
+    logger: Any = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    recipe: str = "custom"
+    """Set by the ``recipe`` presets; informational."""
+    study: str = "default"
+    """Names the sweep directory (and W&B group); not part of the run hash."""
+    sweep: Any = None
+    """A study file in sweeps/ (or a list of them, crossed): ``-m sweep=loo``. Read by the sweeper."""
+    cache_dir: str = "${oc.env:SCALERL_CACHE,'~/.cache/scalerl'}"
+    """Where built/warm-started models are cached, keyed by config hash."""
+    out_root: str = "${oc.env:SCALERL_OUTPUT,outputs}"
+    """Root of run and sweep directories (see hydra.run.dir / hydra.sweep.dir)."""

@@ -1,0 +1,52 @@
+"""Data types of the generation interface (see package docstring)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int
+    """Token budget of the free (thinking) part of the completion."""
+    eos_token_id: int
+    pad_token_id: int
+    temperature: float = 1.0
+    interrupt_at: torch.Tensor | None = None
+    """(N,) long: after this many free tokens, force ``force_ids`` (ScaleRL
+    length interruption). -1 or None: never interrupt."""
+    force_ids: Sequence[int] = ()
+    """Tokens appended at an interruption (the "time is up ... </think>" phrase)."""
+    answer_budget: int = 0
+    """Tokens the model may still sample after the forced phrase."""
+
+
+@dataclass
+class Generation:
+    tokens: torch.Tensor
+    """(N, T) long completion tokens, ``pad`` after each row's end."""
+    logprobs: torch.Tensor
+    """(N, T) fp32 behaviour log-probs of each token under the generator (0 on pad)."""
+    sampled: torch.Tensor
+    """(N, T) bool: token was sampled by the policy (the loss mask; forced and pad tokens are False)."""
+    present: torch.Tensor
+    """(N, T) bool: token exists (sampled or forced); the attention mask of the completion."""
+    truncated: torch.Tensor
+    """(N,) bool: hit the budget without emitting EOS."""
+    interrupted: torch.Tensor
+    """(N,) bool: the interruption phrase was forced."""
+    version: torch.Tensor
+    """(N, T) long: policy version (optimizer step) that produced each token."""
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.present.sum(-1)
+
+
+class Generator(Protocol):
+    version: int
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
+        ...

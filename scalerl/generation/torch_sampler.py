@@ -1,0 +1,107 @@
+"""Batched KV-cache sampling with plain torch + transformers.
+
+One prefill over the left-padded prompts, then one decode step per token for
+the whole batch. Length interruptions (ScaleRL §3) are handled here by forcing
+the phrase tokens into rows that reach their sampled interruption point; forced
+tokens are fed through the model like any other but are excluded from the loss.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from scalerl.generation.interface import Generation, SamplingParams
+from scalerl.models.policy import Policy, positions_from_mask
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, P) ids and mask, left-padded to the longest prompt."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        if len(p):
+            ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+class TorchGenerator:
+    """Samples from ``policy`` in-process; ``version`` is bumped by the trainer."""
+
+    def __init__(self, policy: Policy, device: torch.device):
+        self.policy = policy
+        self.device = device
+        self.version = 0
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
+        pol, dev = self.policy, self.device
+        n = len(prompts)
+        ids, mask = left_pad(prompts, params.pad_token_id, dev)
+        force = torch.as_tensor(list(params.force_ids), dtype=torch.long, device=dev)
+        n_force = len(force)
+        if params.interrupt_at is None or n_force == 0:
+            interrupt_at = torch.full((n,), -1, dtype=torch.long, device=dev)
+        else:
+            interrupt_at = params.interrupt_at.to(dev)
+        will_interrupt = interrupt_at >= 0
+        # A row's hard cap: its free budget, or (interrupt point + phrase + answer).
+        cap = torch.where(
+            will_interrupt,
+            interrupt_at + n_force + params.answer_budget,
+            torch.full_like(interrupt_at, params.max_new_tokens),
+        )
+        max_len = int(cap.max()) if n else 0
+
+        tokens = torch.full((n, max_len), params.pad_token_id, dtype=torch.long, device=dev)
+        logps = torch.zeros((n, max_len), dtype=torch.float32, device=dev)
+        sampled = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
+        present = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
+        done = torch.zeros(n, dtype=torch.bool, device=dev)
+        stopped = torch.zeros(n, dtype=torch.bool, device=dev)
+        interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
+        force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
+
+        cache = DynamicCache()
+        h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)
+        pos = positions_from_mask(mask)[:, -1:]  # (N, 1)
+        for t in range(max_len):
+            logits = pol.logits(h[:, -1], side="gen")  # (N, V)
+            logp = torch.log_softmax(logits, dim=-1)
+            tok = torch.multinomial(logp.exp(), 1, generator=rng).squeeze(-1)  # (N,)
+            # Rows reaching their interruption point start forcing the phrase.
+            start = will_interrupt & ~interrupted & ~done & (interrupt_at == t)
+            force_pos = torch.where(start, torch.zeros_like(force_pos), force_pos)
+            interrupted |= start
+            forcing = force_pos >= 0
+            if n_force:
+                tok = torch.where(forcing, force[force_pos.clamp(max=n_force - 1)], tok)
+            alive = ~done
+            tok = torch.where(alive, tok, torch.full_like(tok, params.pad_token_id))
+            tokens[:, t] = tok
+            logps[:, t] = torch.where(alive, logp.gather(-1, tok[:, None]).squeeze(-1), torch.zeros_like(logps[:, t]))
+            sampled[:, t] = alive & ~forcing
+            present[:, t] = alive
+            # State updates.
+            stopped |= alive & ~forcing & (tok == params.eos_token_id)
+            force_pos = torch.where(forcing, force_pos + 1, force_pos)
+            force_pos = torch.where(force_pos >= n_force, torch.full_like(force_pos, -1), force_pos)
+            done = stopped | (t + 1 >= cap)
+            if bool(done.all()):
+                break
+            mask = torch.cat([mask, alive.long()[:, None]], dim=1)
+            pos = pos + 1
+            h, cache = pol.hidden(tok[:, None], mask, pos, cache=cache)
+        width = int(present.sum(-1).max()) if n else 0
+        return Generation(
+            tokens=tokens[:, :width],
+            logprobs=logps[:, :width],
+            sampled=sampled[:, :width],
+            present=present[:, :width],
+            truncated=~stopped,
+            interrupted=interrupted,
+            version=torch.full((n, width), self.version, dtype=torch.long, device=dev),
+        )

@@ -1,0 +1,146 @@
+"""Run a sweep's arms in parallel processes on this machine.
+
+Each arm gets a fresh spawned process with ``threads_per_arm`` torch threads
+(TINY_RL.md: two 1-thread processes match one 2-thread process, and a fixed
+thread count keeps each arm reproducible). Its output goes to
+``<run_dir>/train.log``; the parent shows one live table for all arms.
+Ctrl-C reaches every arm, which checkpoints and stops; relaunch to resume.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import cloudpickle
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
+from omegaconf import open_dict
+
+from scalerl.train.records import read_json, write_json_atomic
+
+
+def job_run_dir(sweep_config) -> Path:
+    return Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+
+
+def _child(blob: bytes) -> bytes:
+    """Runs in the spawned process: one Hydra job, output to train.log."""
+    from scalerl.config.store import register_configs
+
+    register_configs()  # the ${scalerl_run_name:} resolver, before anything resolves
+    hydra_context, task_function, sweep_config, singleton_state, threads = cloudpickle.loads(blob)
+    os.environ["SCALERL_NUM_THREADS"] = str(threads)
+    os.environ["SCALERL_NO_BAR"] = "1"
+    run_dir = job_run_dir(sweep_config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = open(run_dir / "train.log", "a", buffering=1)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout, sys.stderr = log, log
+    Singleton.set_state(singleton_state)
+    setup_globals()
+    HydraConfig.instance().set_config(sweep_config)
+    ret = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
+                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    if ret.status == JobStatus.FAILED:  # exceptions may not pickle; keep type, message and traceback
+        exc = ret._return_value
+        tb = "".join(traceback.format_exception(exc))
+        print(tb, flush=True)
+        ret._return_value = RuntimeError(f"{type(exc).__name__}: {exc}")
+    return cloudpickle.dumps(ret)
+
+
+def _failed(config, overrides, err: BaseException) -> JobReturn:
+    ret = JobReturn(overrides=list(overrides), cfg=config, hydra_cfg=config, working_dir="", task_name="",
+                    status=JobStatus.FAILED)
+    ret._return_value = err
+    return ret
+
+
+def auto_parallel(n_arms: int, threads_per_arm: int) -> int:
+    """Arms to run at once: one per core-slot, but when the arms barely outnumber
+    the slots (3 arms, 2 cores) run them all, so no core idles through a last
+    lone arm (1.5x instead of 2x the single-arm time)."""
+    slots = max(1, (os.cpu_count() or 1) // max(threads_per_arm, 1))
+    return n_arms if n_arms <= slots * 3 // 2 else slots
+
+
+def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobReturn]:
+    setup_globals()
+    loader = launcher.hydra_context.config_loader
+    jobs = []
+    for i, overrides in enumerate(job_overrides):
+        cfg = loader.load_sweep_config(launcher.config, list(overrides))
+        with open_dict(cfg):
+            cfg.hydra.job.id = f"local_{initial_job_idx + i}"
+            cfg.hydra.job.num = initial_job_idx + i
+        jobs.append((list(overrides), cfg))
+        run_dir = job_run_dir(cfg)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_dir / "launch.json", {"launcher": "local", "submitted_at": time.time(),
+                                                    "log": str(run_dir / "train.log"), "overrides": list(overrides)})
+    workers = launcher.n_parallel or auto_parallel(len(jobs), launcher.threads_per_arm)
+    workers = max(1, min(workers, len(jobs)))
+    print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {launcher.threads_per_arm} thread(s) each; "
+          f"logs in <run dir>/train.log")
+    state = Singleton.get_state()
+    ctx = mp.get_context("spawn")
+    results: list[JobReturn | None] = [None] * len(jobs)
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1) as pool:
+        futures = {pool.submit(_child, cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state,
+                                                          launcher.threads_per_arm))): k
+                   for k, (_, cfg) in enumerate(jobs)}
+        try:
+            _watch(futures, [job_run_dir(cfg) for _, cfg in jobs])
+        except KeyboardInterrupt:
+            print("\n[scalerl] interrupted: arms are checkpointing; relaunch the same command to resume", flush=True)
+            cf.wait(futures, timeout=120)
+        for fut, k in futures.items():
+            try:
+                results[k] = cloudpickle.loads(fut.result(timeout=0))
+            except BaseException as e:  # crashed process, killed, interrupted
+                results[k] = _failed(jobs[k][1], jobs[k][0], e)
+    return results
+
+
+def _watch(futures: dict, run_dirs: list[Path]) -> None:
+    """Block until every arm ends, showing a live progress table."""
+    pending = set(futures)
+    if sys.stdout.isatty():
+        from rich.live import Live
+
+        with Live(_table(run_dirs), refresh_per_second=1) as live:
+            while pending:
+                _, pending = cf.wait(pending, timeout=1.0)
+                live.update(_table(run_dirs))
+        return
+    last = 0.0
+    while pending:
+        _, pending = cf.wait(pending, timeout=1.0)
+        if time.time() - last > 30 or not pending:
+            last = time.time()
+            for d in run_dirs:
+                p = read_json(d / "progress.json") or {}
+                pr = p.get("pass_rate")
+                print(f"[scalerl] {d.name}: {p.get('status', 'waiting')} step {p.get('step', 0)}/{p.get('total', '?')}"
+                      f" pass_rate {'-' if pr is None else f'{pr:.3f}'}", flush=True)
+
+
+def _table(run_dirs: list[Path]):
+    from rich.table import Table
+
+    t = Table(title="scalerl arms")
+    for col in ("arm", "status", "step", "pass rate", "eta"):
+        t.add_column(col)
+    for d in run_dirs:
+        p = read_json(d / "progress.json") or {}
+        pr, eta = p.get("pass_rate"), p.get("eta_s")
+        t.add_row(d.name, p.get("status", "waiting"), f"{p.get('step', 0)}/{p.get('total', '?')}",
+                  "-" if pr is None else f"{pr:.3f}", "-" if eta is None else f"{eta / 60:.1f} min")
+    return t

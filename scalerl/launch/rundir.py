@@ -1,0 +1,76 @@
+"""Run identity: a run directory is named by human tags plus a short hash of
+its resolved config (STYLE.md rule 9), so relaunching the same command finds
+the same directory, and a sweep can tell done, running, failed and pending
+arms apart without any database.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from scalerl.launch.hashing import stable_hash
+from scalerl.train.records import read_json
+
+# Keys that do not change what a run computes: bookkeeping, logging, hardware.
+HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "logger", "out_root", "cache_dir", "recipe")
+HASH_EXCLUDE_TRAIN = ("threads", "device", "gpus")
+AXES = ("loss", "aggregation", "adv_norm", "precision", "filter", "length", "batch", "model", "task")
+TAG_SKIP = re.compile(r"^(hydra[./]|study=|sweep=|logger|out_root=|cache_dir=|train\.(threads|device|gpus)=)")
+HEARTBEAT_S = 300  # a running arm whose progress.json is older than this is treated as dead
+
+
+def hashable(cfg: DictConfig, *, with_seed: bool = True) -> dict:
+    keys = [k for k in cfg.keys() if k not in HASH_EXCLUDE_TOP and (with_seed or k != "seed")]
+    plain = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
+    for k in HASH_EXCLUDE_TRAIN:
+        plain.get("train", {}).pop(k, None)
+    return plain
+
+
+def config_hash(cfg: DictConfig) -> str:
+    return stable_hash(hashable(cfg))
+
+
+def arm_hash(cfg: DictConfig) -> str:
+    """Hash without the seed: runs sharing it are seeds of one arm."""
+    return stable_hash(hashable(cfg, with_seed=False))
+
+
+def tags(overrides) -> str:
+    kept = [o.lstrip("+~") for o in overrides if not TAG_SKIP.match(o.lstrip("+~"))]
+    text = ",".join(kept) or "default"
+    text = re.sub(r"[^A-Za-z0-9=,._-]+", "_", text)
+    return text[:80]
+
+
+def run_name(root: DictConfig) -> str:
+    """``<tags>-<hash>``; the OmegaConf resolver behind hydra.run.dir / sweep.subdir."""
+    overrides = OmegaConf.select(root, "hydra.overrides.task", default=[]) or []
+    return f"{tags(list(overrides))}-{config_hash(root)}"
+
+
+def register_resolver() -> None:
+    """``${scalerl_run_name:}`` in hydra.run.dir / hydra.sweep.subdir (idempotent)."""
+    if not OmegaConf.has_resolver("scalerl_run_name"):
+        OmegaConf.register_new_resolver("scalerl_run_name", lambda *, _root_: run_name(_root_), use_cache=False)
+
+
+def axes(cfg) -> dict:
+    return {a: str(OmegaConf.select(cfg, f"{a}.name")) for a in AXES}
+
+
+def arm_state(run_dir: Path) -> str:
+    """done | failed | running | interrupted | pending, from the run's own files."""
+    run_dir = Path(run_dir)
+    summary = read_json(run_dir / "summary.json") or {}
+    if summary.get("status") in ("done", "failed"):
+        return summary["status"]
+    progress = read_json(run_dir / "progress.json") or {}
+    if progress.get("status") == "running" and time.time() - progress.get("updated_at", 0) < HEARTBEAT_S:
+        return "running"
+    if (run_dir / "checkpoints").exists() or progress:
+        return "interrupted"
+    return "pending"

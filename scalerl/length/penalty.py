@@ -1,0 +1,34 @@
+"""DAPO's overlong penalty (ScaleRL §3 alternative):
+R_len(y) = clip((L_max − |y|)/L_cache − 1, −1, 0), added to correct answers
+only. L_max is ``max_new_tokens``; the penalty ramps from 0 at
+L_max − L_cache to −1 at L_max."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from scalerl.config.errors import check
+from scalerl.length.base import LengthConfig, LengthPlan
+
+
+@dataclass
+class PenaltyConfig(LengthConfig):
+    name: str = "penalty"
+    l_cache: int = 3
+    """Width of the soft-penalty ramp in tokens (paper: 2k of 14k)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 < self.l_cache <= self.max_new_tokens, "length.l_cache",
+              f"must be in (0, length.max_new_tokens={self.max_new_tokens}], got {self.l_cache}")
+
+
+def overlong_penalty(lengths: torch.Tensor, l_max: int, l_cache: int) -> torch.Tensor:
+    """(n,) completion lengths -> (n,) penalty in [-1, 0]."""
+    return ((l_max - lengths.float()) / l_cache - 1.0).clamp(-1.0, 0.0)
+
+
+def penalty_plan(cfg: PenaltyConfig, n: int, rng) -> LengthPlan:
+    return LengthPlan(penalty=partial(overlong_penalty, l_max=cfg.max_new_tokens, l_cache=cfg.l_cache))

@@ -1,0 +1,53 @@
+"""Model config schemas shared by the ``model`` options."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from omegaconf import MISSING
+
+from scalerl.config.errors import check
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class WarmStartConfig:
+    """Supervised warm start so RL starts at a 10-20% pass rate (TINY_RL.md)."""
+
+    enabled: bool = True
+    lr: float = 2e-3
+    batch_size: int = 128
+    target_pass_rate: float = 0.12
+    """Stop once the sampled held-out pass rate reaches this (the phase transition overshoots a little)."""
+    max_steps: int = 4000
+    eval_every: int = 10
+    seed: int = 0
+    threads: int = 1
+    """Fixed thread count so the cached warm start is bit-reproducible (TINY_RL.md)."""
+
+    def __post_init__(self) -> None:
+        check(self.lr > 0, "model.warmstart.lr", f"must be > 0, got {self.lr}")
+        check(0 < self.target_pass_rate < 1, "model.warmstart.target_pass_rate", f"must be in (0, 1), got {self.target_pass_rate}")
+        check(self.batch_size > 0, "model.warmstart.batch_size", f"must be > 0, got {self.batch_size}")
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    dtype: str = "auto"
+    """Body compute dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16."""
+    attn_implementation: Optional[str] = None
+    """Passed to from_pretrained (e.g. sdpa, flash_attention_2); None = transformers' default."""
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def __post_init__(self) -> None:
+        check(self.dtype == "auto" or self.dtype in DTYPES, "model.dtype", f"must be auto or one of {sorted(DTYPES)}, got {self.dtype!r}")
+
+
+def compute_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The dtype follows the device unless set: bf16 on CUDA, fp32 elsewhere."""
+    if name != "auto":
+        return DTYPES[name]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32

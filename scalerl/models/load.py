@@ -1,0 +1,31 @@
+"""Load any local HF causal-LM checkpoint directory (the tiny one included)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()  # per-arm logs stay readable
+hf_logging.set_verbosity_error()
+
+
+def load_checkpoint(
+    path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load model + tokenizer from a local directory; never touches the network."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(
+            f"model.path={str(path)!r} is not a Hugging Face checkpoint directory (no config.json). "
+            "Point model.path at a local directory; scalerl never downloads weights."
+        )
+    kwargs = {"dtype": dtype, "local_files_only": True}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tok.pad_token_id is None:  # many chat checkpoints ship without a pad token
+        tok.pad_token = tok.eos_token
+    return model, tok

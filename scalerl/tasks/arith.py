@@ -1,0 +1,101 @@
+"""The embedded verifiable task: fixed-width integer arithmetic.
+
+``042+517=`` -> ``0559``. A mix of problem kinds gives the tiny model a
+natural ceiling below 100%: additions are learnable by RL on CPU
+(``shared/TINY_RL.md``), multiplications mostly are not, so the held-out pass
+rate bends and plateaus like the paper's curves instead of running to 1.
+The train pool and the held-out split are fixed by ``task.data_seed`` and
+disjoint; the warm start samples fresh problems outside the held-out split.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from scalerl.tasks.base import Problem, TaskConfig, TaskData
+from scalerl.tasks.rewards import exact_match_reward
+
+# kind -> (operator, operand digits, answer digits)
+KINDS: dict[str, tuple[str, int, int]] = {
+    "add2": ("+", 2, 3),
+    "add3": ("+", 3, 4),
+    "add4": ("+", 4, 5),
+    "mul1": ("*", 1, 2),
+    "mul2": ("*", 2, 4),
+}
+
+
+@dataclass
+class ArithConfig(TaskConfig):
+    name: str = "arith"
+    mix: dict[str, float] = field(default_factory=lambda: {"add3": 0.75, "mul2": 0.25})
+    """Problem kinds and their weights (kinds: add2, add3, add4, mul1, mul2)."""
+    n_train: int = 2048
+    """Size of the RL train pool (an epoch is one pass over it)."""
+    n_heldout: int = 512
+    """Size of the fixed held-out split the pass rate is measured on."""
+    data_seed: int = 1234
+    """Seed of the problem generator; independent of the run seed so every arm sees the same split."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from scalerl.config.errors import check
+
+        unknown = set(self.mix) - set(KINDS)
+        check(not unknown, "task.mix", f"unknown kinds {sorted(unknown)}; choose from {sorted(KINDS)}")
+        check(self.mix and all(w >= 0 for w in self.mix.values()) and sum(self.mix.values()) > 0,
+              "task.mix", "weights must be non-negative and not all zero")
+        check(self.n_train > 0, "task.n_train", f"must be > 0, got {self.n_train}")
+        check(self.n_heldout > 0, "task.n_heldout", f"must be > 0, got {self.n_heldout}")
+
+
+def make_problem(kind: str, rng: random.Random) -> Problem:
+    op, digits, out_digits = KINDS[kind]
+    a, b = rng.randrange(10**digits), rng.randrange(10**digits)
+    value = a + b if op == "+" else a * b
+    prompt = f"{a:0{digits}d}{op}{b:0{digits}d}="
+    return Problem(prompt=prompt, answer=f"{value:0{out_digits}d}", kind=kind)
+
+
+class ProblemStream:
+    """Infinite weighted stream of problems, excluding a set of prompts."""
+
+    def __init__(self, mix: dict[str, float], seed: int, exclude: frozenset[str] = frozenset()):
+        self.kinds = [k for k, w in mix.items() if w > 0]
+        self.weights = [mix[k] for k in self.kinds]
+        self.rng = random.Random(seed)
+        self.exclude = exclude
+
+    def __next__(self) -> Problem:
+        while True:
+            p = make_problem(self.rng.choices(self.kinds, self.weights)[0], self.rng)
+            if p.prompt not in self.exclude:
+                return p
+
+    def __iter__(self):
+        return self
+
+
+def unique_problems(stream: ProblemStream, n: int, exclude: set[str]) -> list[Problem]:
+    out, seen = [], set(exclude)
+    for p in stream:
+        if p.prompt not in seen:
+            seen.add(p.prompt)
+            out.append(p)
+            if len(out) == n:
+                return out
+    raise AssertionError("unreachable")
+
+
+def build_arith(cfg: ArithConfig) -> TaskData:
+    stream = ProblemStream(dict(cfg.mix), cfg.data_seed)
+    heldout = unique_problems(stream, cfg.n_heldout, set())
+    train = unique_problems(stream, cfg.n_train, {p.prompt for p in heldout})
+    frozen_heldout = frozenset(p.prompt for p in heldout)
+    return TaskData(
+        train=train,
+        heldout=heldout,
+        reward=exact_match_reward,
+        # Warm-start (SFT) data: fresh problems, never the held-out split.
+        sft_stream=lambda seed: ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
+    )

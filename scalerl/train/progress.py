@@ -1,0 +1,61 @@
+"""Progress for people and for the sweep launcher.
+
+In a terminal: a rich progress bar (step, pass rate, ETA). Otherwise (logs,
+SLURM): one line per eval. Always: ``progress.json`` in the run directory,
+which the local launcher renders as a live table and ``--status`` reads.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from scalerl.train.records import write_json_atomic
+
+
+class Progress:
+    def __init__(self, run_dir: Path, name: str, total: int, start: int, enabled: bool):
+        self.path = Path(run_dir) / "progress.json"
+        self.name, self.total, self.start_step = name, total, start
+        self.enabled = enabled
+        self.t0 = time.time()
+        self.pass_rate = None
+        self.bar = None
+        if enabled and sys.stdout.isatty() and not os.environ.get("SCALERL_NO_BAR"):
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+
+            self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("pass {task.fields[pr]}"), TimeRemainingColumn(), transient=False)
+            self.task = self.bar.add_task(name[:40], total=total, completed=start, pr="-")
+            self.bar.start()
+
+    def eta_s(self, step: int) -> float | None:
+        done = step - self.start_step
+        if done <= 0:
+            return None
+        return (time.time() - self.t0) / done * (self.total - step)
+
+    def update(self, step: int, status: str = "running", pass_rate: float | None = None, **extra) -> None:
+        if not self.enabled:
+            return
+        if pass_rate is not None:
+            self.pass_rate = pass_rate
+            if self.bar is None:
+                eta = self.eta_s(step)
+                eta_txt = f", eta {eta / 60:.1f} min" if eta is not None else ""
+                print(f"[{self.name}] step {step}/{self.total} pass_rate {pass_rate:.3f}{eta_txt}", flush=True)
+        if self.bar is not None:
+            pr = "-" if self.pass_rate is None else f"{self.pass_rate:.3f}"
+            self.bar.update(self.task, completed=step, pr=pr)
+        write_json_atomic(self.path, {
+            "status": status, "step": step, "total": self.total, "pass_rate": self.pass_rate,
+            "eta_s": self.eta_s(step), "updated_at": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra,
+        })
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None

@@ -1,0 +1,35 @@
+"""Shared test fixtures.
+
+The warm-started tiny model is built once per session into a session cache
+(SCALERL_CACHE), then reused by every test that trains; runs use one torch
+thread so trajectories are exactly reproducible.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers import compose
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_env(tmp_path_factory):
+    cache = os.environ.get("SCALERL_TEST_CACHE") or str(tmp_path_factory.mktemp("scalerl-cache"))
+    os.environ["SCALERL_CACHE"] = cache
+    os.environ["SCALERL_NO_BAR"] = "1"
+    os.environ["WANDB_MODE"] = "offline"
+    os.environ["WANDB_SILENT"] = "true"
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    yield
+
+
+@pytest.fixture
+def tiny_cfg():
+    """A validated config for short in-process training runs."""
+    from scalerl.config import validate
+
+    def make(*overrides: str):
+        return validate(compose(["logger=none", "train.threads=1", *overrides]))
+
+    return make

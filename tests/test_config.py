@@ -1,0 +1,131 @@
+"""Config tests: registries == YAML files, every option composes and validates,
+every study expands, and bad values fail before launch naming the key."""
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from helpers import REPO, compose, run_cli
+from scalerl.config import ConfigError, validate
+from scalerl.config.derive import derive
+from scalerl.config.registry import axis_registries
+from scalerl.launch.studies import load_study
+
+DATA_ONLY_GROUPS = ("batch", "recipe")  # presets of values, no code behind them
+
+
+def yaml_options(group: str) -> set[str]:
+    return {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}
+
+
+@pytest.mark.parametrize("axis", sorted(axis_registries()))
+def test_registry_keys_equal_yaml_names(axis):
+    assert set(axis_registries()[axis]) == yaml_options(axis)
+
+
+def all_group_options():
+    for group in [*sorted(axis_registries()), *DATA_ONLY_GROUPS]:
+        for option in sorted(yaml_options(group)):
+            yield group, option
+
+
+@pytest.mark.parametrize("group,option", list(all_group_options()))
+def test_every_option_composes_and_validates(group, option):
+    overrides = [f"{group}={option}"] + (["model.path=/tmp/some/checkpoint"] if (group, option) == ("model", "hf") else [])
+    cfg = validate(compose(overrides))
+    node = getattr(cfg, group, None)
+    if group == "recipe":
+        assert cfg.recipe == option
+    else:
+        assert node.name == option
+    derive(cfg)
+
+
+def test_default_is_the_scalerl_recipe():
+    cfg = validate(compose())
+    assert (cfg.loss.name, cfg.precision.name, cfg.aggregation.name, cfg.adv_norm.name, cfg.filter.name,
+            cfg.length.name) == ("cispo", "fp32_head", "prompt", "batch", "zero_variance_npr", "interrupt")
+    assert cfg.filter.npr_threshold == 0.9 and cfg.loss.eps_max == 4.0 and cfg.loss.eps_min is None
+
+
+def test_command_line_beats_recipe():
+    cfg = validate(compose(["recipe=deepseek_grpo", "loss=cispo"]))
+    assert cfg.loss.name == "cispo" and cfg.aggregation.name == "sample" and cfg.recipe == "deepseek_grpo"
+
+
+@pytest.mark.parametrize("override,key", [
+    ("loss.eps_max=-1", "loss.eps_max"),
+    ("batch.generations=0", "batch.generations"),
+    ("batch.minibatches=3", "batch.minibatches"),
+    ("length.answer_budget=20", "length.answer_budget"),
+    ("train.lr=0", "train.lr"),
+    ("filter.npr_threshold=1.5", "filter.npr_threshold"),
+    ("+task.mix.div9=1.0", "task.mix"),
+    ("train.device=tpu", "train.device"),
+])
+def test_bad_values_name_the_key(override, key):
+    extra = ["filter=zero_variance_npr"] if key.startswith("filter") else []
+    with pytest.raises(ConfigError) as e:
+        validate(compose([override, *extra]))
+    assert e.value.key == key and key in str(e.value)
+
+
+def test_negative_dapo_eps_names_the_key():
+    with pytest.raises(ConfigError, match="loss.eps_low"):
+        validate(compose(["loss=dapo", "loss.eps_low=-0.1"]))
+
+
+def test_unknown_option_fails_at_compose():
+    with pytest.raises(ConfigCompositionException, match="loss"):
+        compose(["loss=foo"])
+
+
+EXPECTED_ARMS = {"loss": 4, "loo": 8, "recipes": 5, "batch": 5, "length": 3, "precision": 5, "filter": 4, "seeds": 3}
+
+
+@pytest.mark.parametrize("study", sorted(EXPECTED_ARMS))
+def test_every_study_expands_and_validates(study):
+    name, arms = load_study([study])
+    assert name == study and len(arms) == EXPECTED_ARMS[study]
+    assert len({tuple(a) for a in arms}) == len(arms)
+    hashes = set()
+    for arm in arms:
+        cfg = compose(arm)
+        validate(cfg)
+        hashes.add(OmegaConf.to_yaml(cfg))
+    assert len(hashes) == len(arms)  # every arm is a distinct config
+
+
+def test_loo_reverts_exactly_one_axis():
+    _, arms = load_study(["loo"])
+    base = validate(compose([]))
+    axes = ("loss", "precision", "aggregation", "adv_norm", "filter", "length")
+    for arm in arms[1:]:
+        cfg = validate(compose(arm))
+        changed = [a for a in axes if getattr(cfg, a).name != getattr(base, a).name]
+        assert len(changed) == 1, (arm, changed)
+
+
+def test_crossed_studies_multiply():
+    _, arms = load_study(["loss", "seeds"])
+    assert len(arms) == 12 and {a[-1] for a in arms} == {"seed=0", "seed=1", "seed=2"}
+
+
+def test_dry_run_of_a_study_validates_every_arm(tmp_path):
+    proc = run_cli(["-m", "sweep=loo", "--dry-run"], tmp_path)
+    assert proc.stdout.count("pending") == 8 and "launching" not in proc.stdout
+    assert not any(tmp_path.rglob("metrics.jsonl"))
+
+
+def test_bad_value_in_a_sweep_fails_before_launch(tmp_path):
+    proc = run_cli(["-m", "loss=cispo,dapo", "batch.generations=0"], tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "batch.generations" in proc.stderr and "nothing was launched" in proc.stderr
+    assert not any(tmp_path.rglob("metrics.jsonl"))
+
+
+def test_single_run_config_error_names_key(tmp_path):
+    proc = run_cli(["loss.eps_max=-1"], tmp_path, check=False)
+    assert proc.returncode != 0 and "loss.eps_max" in proc.stderr

@@ -1,0 +1,76 @@
+"""Length control: interruption insertion and the overlong penalty."""
+import torch
+
+from scalerl.generation import SamplingParams, TorchGenerator
+from scalerl.length import LENGTHS
+from scalerl.length.interrupt import InterruptConfig, interrupt_plan
+from scalerl.length.penalty import PenaltyConfig, overlong_penalty
+
+EOS, PAD, FILLER = 2, 0, 7
+
+
+class ScriptedPolicy:
+    """Always emits FILLER (never EOS) unless the last input token is 9, then EOS."""
+
+    def hidden(self, ids, mask, pos, cache=None):
+        return ids[:, -1:].float().unsqueeze(-1), cache
+
+    def logits(self, h, side):
+        last = h[:, -1].long() if h.dim() == 3 else h.long()
+        out = torch.full((h.shape[0], 12), -1e9)
+        out[:, FILLER] = 0.0
+        out[last.flatten() == 9, FILLER] = -1e9
+        out[last.flatten() == 9, EOS] = 0.0
+        return out
+
+
+def _generate(interrupt_at, phrase, answer_budget, max_new=8):
+    gen = TorchGenerator(ScriptedPolicy(), torch.device("cpu"))
+    params = SamplingParams(max_new_tokens=max_new, eos_token_id=EOS, pad_token_id=PAD, interrupt_at=interrupt_at,
+                            force_ids=phrase, answer_budget=answer_budget)
+    return gen.generate([[1, 5], [1, 5]], params, torch.Generator().manual_seed(0))
+
+
+def test_phrase_inserted_at_sampled_position_and_answer_budget_respected():
+    phrase = [3, 4, 5]
+    g = _generate(torch.tensor([4, 6]), phrase, answer_budget=2)
+    # Row 0: 4 free tokens, the 3 phrase tokens, then at most 2 answer tokens.
+    assert g.tokens[0, :4].tolist() == [FILLER] * 4
+    assert g.tokens[0, 4:7].tolist() == phrase
+    assert g.tokens[0, 7:9].tolist() == [FILLER] * 2
+    assert int(g.present[0].sum()) == 4 + 3 + 2
+    # Row 1 interrupts at 6.
+    assert g.tokens[1, 6:9].tolist() == phrase and int(g.present[1].sum()) == 6 + 3 + 2
+    # Forced tokens are fed to the model but never trained on.
+    assert g.sampled[0].tolist()[:9] == [True] * 4 + [False] * 3 + [True] * 2
+    assert g.interrupted.tolist() == [True, True]
+    assert g.truncated.tolist() == [True, True]  # no EOS within the answer budget
+
+
+def test_answer_after_phrase_can_finish():
+    # The phrase ends with token 9, after which the scripted model answers EOS.
+    g = _generate(torch.tensor([2, 3]), [3, 9], answer_budget=4)
+    assert g.tokens[0, :5].tolist() == [FILLER, FILLER, 3, 9, EOS]
+    assert g.truncated.tolist() == [False, False] and g.interrupted.tolist() == [True, True]
+
+
+def test_no_interrupt_means_plain_budget():
+    g = _generate(None, [], 0, max_new=5)
+    assert g.present.sum(-1).tolist() == [5, 5] and g.truncated.all()
+
+
+def test_interrupt_plan_samples_inside_bounds():
+    cfg = InterruptConfig(max_new_tokens=100, lo=0.8, hi=0.9, answer_budget=10)
+    assert cfg.bounds() == (80, 90)
+    plan = interrupt_plan(cfg, 5000, torch.Generator().manual_seed(0))
+    assert int(plan.interrupt_at.min()) == 80 and int(plan.interrupt_at.max()) == 90
+    assert plan.phrase.endswith("</think>") and plan.answer_budget == 10
+    assert LENGTHS["truncate"].fn(None, 3, None).interrupt_at is None
+
+
+def test_overlong_penalty_breakpoints():
+    # L_max 14, L_cache 2: zero up to 12, linear to -1 at 14, clipped at -1 beyond.
+    lengths = torch.tensor([0, 12, 13, 14, 20])
+    assert overlong_penalty(lengths, l_max=14, l_cache=2).tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]
+    plan = LENGTHS["penalty"].fn(PenaltyConfig(max_new_tokens=8, l_cache=4), 2, None)
+    assert plan.penalty(torch.tensor([4, 6])).tolist() == [0.0, -0.5]

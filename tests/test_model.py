@@ -1,0 +1,72 @@
+"""Tokenizer and model round trips, log-probs against F.cross_entropy, and the
+sampler's behaviour log-probs against the trainer's recomputation."""
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from scalerl.generation import SamplingParams, TorchGenerator
+from scalerl.models.load import load_checkpoint
+from scalerl.models.policy import Policy, linear_head, token_entropy, token_logprobs
+from scalerl.models.tiny import build_tiny_checkpoint
+from scalerl.models.tokenizer import build_char_tokenizer
+from scalerl.tasks.rewards import answer_part
+
+
+def _tiny(tmp_path):
+    return build_tiny_checkpoint(tmp_path / "m", hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                                 max_position_embeddings=128, seed=0)
+
+
+def test_char_tokenizer_round_trip(tmp_path):
+    tok = build_char_tokenizer()
+    text = "042+517=0559 Okay, time is up. </think>"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text) and tok.unk_token_id not in ids
+    assert tok.decode(ids) == text
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert again(text, add_special_tokens=False)["input_ids"] == ids
+    assert (again.eos_token_id, again.pad_token_id, again.bos_token_id) == (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id)
+
+
+def test_model_round_trip_through_save_and_from_pretrained(tmp_path):
+    path = _tiny(tmp_path)
+    assert (path / "model.safetensors").exists() and (path / "config.json").exists()
+    m1 = AutoModelForCausalLM.from_pretrained(path)
+    m2, tok = load_checkpoint(path, dtype=torch.float32, device=torch.device("cpu"))
+    ids = torch.tensor([tok("12+34=", add_special_tokens=False)["input_ids"]])
+    assert torch.equal(m1(ids).logits, m2(ids).logits)
+    m2.save_pretrained(tmp_path / "copy")
+    m3 = AutoModelForCausalLM.from_pretrained(tmp_path / "copy")
+    assert torch.equal(m2(ids).logits, m3(ids).logits)
+
+
+def test_token_logprobs_match_cross_entropy():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(3, 5, 11), torch.randint(0, 11, (3, 5))
+    ce = F.cross_entropy(logits.reshape(-1, 11), targets.reshape(-1), reduction="none").view(3, 5)
+    assert torch.allclose(token_logprobs(logits, targets), -ce, atol=1e-6)
+    p = torch.softmax(logits, -1)
+    assert torch.allclose(token_entropy(logits), -(p * p.log()).sum(-1), atol=1e-6)
+
+
+def test_sampler_logprobs_equal_trainer_logprobs(tmp_path):
+    model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float32, device=torch.device("cpu"))
+    pol = Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32))
+    prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
+    g = TorchGenerator(pol, torch.device("cpu")).generate(
+        prompts, SamplingParams(max_new_tokens=6, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        torch.Generator().manual_seed(0))
+    from scalerl.generation.torch_sampler import left_pad
+
+    ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
+    with torch.no_grad():
+        lp = token_logprobs(pol.completion_logits(ids, mask, g.tokens, g.present.long()), g.tokens)
+    # Same fp32 math, KV cache vs one full forward: agreement to float rounding (left padding included).
+    assert torch.allclose(lp[g.present], g.logprobs[g.present], atol=1e-5)
+    assert g.version.eq(0).all()
+
+
+def test_answer_part_strips_thinking_and_markers():
+    assert answer_part("12 Okay, time is up. </think> 0559") == "0559"
+    assert answer_part("0559<eos><pad>") == "0559"
