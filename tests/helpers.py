@@ -29,3 +29,37 @@ def compose(overrides: list[str] | None = None):
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=list(overrides or []))
+
+
+def popen_cli(args: list[str], out_root: Path, log: Path):
+    """Start ``python -m scalerl.sweep ARGS`` in the background (for kill/resume tests)."""
+    env = {**os.environ, "SCALERL_OUTPUT": str(out_root), "SCALERL_NO_BAR": "1"}
+    return subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *args], cwd=REPO, env=env,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def read_rows(path: Path) -> list[dict]:
+    import json
+
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def wait_for(predicate, timeout: float = 300, what: str = "condition", proc=None):
+    import time
+
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+import shutil
 from pathlib import Path
 
 from filelock import FileLock
@@ -42,10 +43,12 @@ def prepare_tiny(cfg: TinyModelConfig, task_cfg, task, cache_dir: Path, log=prin
     kw = cfg.build_kwargs()
     base = Path(cache_dir) / f"tiny-{stable_hash(kw)}"
     with FileLock(str(base) + ".lock"):
-        if not (base / "config.json").exists():
+        if not (base / "model.safetensors").exists():
             log(f"[scalerl] building tiny model -> {base}")
             tmp = base.with_name(base.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
             build_tiny_checkpoint(tmp, **kw)
+            shutil.rmtree(base, ignore_errors=True)  # a partial copy from a killed build
             tmp.rename(base)
     if not cfg.warmstart.enabled:
         return base

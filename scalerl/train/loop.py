@@ -35,7 +35,7 @@ from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.progress import Progress
 from scalerl.train.records import MetricsFile
 from scalerl.train.rollout import encode_phrase, rollout
-from scalerl.train.setup import build_run, pick_device, resolve_threads
+from scalerl.train.setup import build_run, pick_device, prepare_checkpoint, resolve_threads
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
 
@@ -47,10 +47,11 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     stop = StopRequest().install()
     # ------------------------------------------------------------------ setup
     device = pick_device(cfg.train.device)
-    dist = init_distributed(device.type)
     threads = resolve_threads(cfg.train.threads)
+    task, ckpt_path = prepare_checkpoint(cfg)
+    dist = init_distributed(device.type)
     say = print if dist.main else (lambda *a, **k: None)
-    r = build_run(cfg, device, log=say)
+    r = build_run(cfg, task, ckpt_path, device)
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
     G, per_rank = cfg.batch.generations, derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
@@ -60,7 +61,8 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
                   device=device)
     metrics, steps_log = MetricsFile(run_dir / "metrics.jsonl"), MetricsFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
-             "nan_skips": 0, "nan_streak": 0, "truncation_alarms": 0, "wandb_id": None}
+             "nan_skips": 0, "nan_streak": 0, "truncation_alarms": 0, "wandb_id": None,
+             "window": []}  # per-step stats since the last eval, averaged into its row
     # ----------------------------------------------------------------- resume
     ckpt = load_latest(run_dir, log=say)
     if ckpt is not None:
@@ -79,7 +81,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         (run_dir / "derived.json").write_text(_json(derived.to_dict() | {"n_params": r.n_params, "threads": threads}))
     progress = Progress(run_dir, run_name, cfg.train.steps, state["step"], enabled=dist.main)
     r.generator.version = state["step"]
-    window: list[dict] = []  # per-step stats since the last eval, averaged into its row
+    window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
 
     def evaluate_and_checkpoint() -> None:
         r.model.eval()
@@ -129,7 +131,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
                      device_hours=state["device_hours"] + wall * devices / 3600)
         stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,
                  "truncation_rate": n_trunc / n_samples, "interrupt_rate": n_interrupt / n_samples,
-                 "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "lr": r.scheduler.get_last_lr()[0],
+                 "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall, "lr": r.scheduler.get_last_lr()[0],
                  **{k: v for k, v in upd.items() if k not in ("train_tokens",)}}
         _alarms(stats, state, cfg, say, dist)
         window.append(stats)
@@ -154,7 +156,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     if status == "preempted":
         stop.hand_over()  # under submitit: requeue this job, which resumes from the checkpoint
     stop.restore()
-    return {"status": status, **{k: v for k, v in state.items() if k != "nan_streak"}}
+    return {"status": status, **{k: v for k, v in state.items() if k not in ("nan_streak", "window")}}
 
 
 def _alarms(stats: dict, state: dict, cfg, say, dist) -> None:

@@ -50,9 +50,18 @@ class Run:
     params: list
 
 
-def build_run(cfg, device: torch.device, log=print) -> Run:
+def prepare_checkpoint(cfg, log=print) -> tuple[object, Path]:
+    """The task and the local checkpoint to load (built / warm-started and cached if needed).
+
+    Call this before joining a process group: HF's save_pretrained writes
+    nothing on non-zero ranks, and the file lock already makes one process
+    build while the others wait.
+    """
     task = TASKS[cfg.task.name].fn(cfg.task)
-    ckpt = MODELS[cfg.model.name].fn(cfg.model, cfg.task, task, Path(cfg.cache_dir).expanduser(), log=log)
+    return task, MODELS[cfg.model.name].fn(cfg.model, cfg.task, task, Path(cfg.cache_dir).expanduser(), log=log)
+
+
+def build_run(cfg, task, ckpt: Path, device: torch.device) -> Run:
     dtype = compute_dtype(cfg.model.dtype, device)
     heads = PRECISIONS[cfg.precision.name].fn(cfg.precision, dtype)
     model, tok = load_checkpoint(ckpt, dtype=heads.body_dtype or dtype, device=device,

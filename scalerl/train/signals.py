@@ -19,9 +19,16 @@ class StopRequest:
         self._prev: dict[int, object] = {}
 
     def install(self) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread():
-            for s in self.SIGNALS:
-                self._prev[s] = signal.signal(s, self._handle)
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for s in self.SIGNALS:
+            current = signal.getsignal(s)
+            # Under submitit, SIGTERM is deliberately ignored ("bypass"): SLURM sends it
+            # before USR2 on preemption, and USR2 is the signal to checkpoint on. Only
+            # SIGUSR2 wraps a non-default handler; SIGINT/SIGTERM are taken only if default.
+            if s != signal.SIGUSR2 and current not in (signal.SIG_DFL, signal.default_int_handler, None):
+                continue
+            self._prev[s] = signal.signal(s, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:

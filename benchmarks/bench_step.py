@@ -1,0 +1,103 @@
+"""One RL step: scalerl vs TRL's GRPOTrainer, same tiny model, batch and task.
+
+    python benchmarks/bench_step.py [--steps 6] [--threads 1]
+
+Both sides: the embedded warm-started tiny Llama, 16 prompts x 16 generations,
+at most 8 completion tokens, T=1, CISPO-style loss with token aggregation and
+per-group std normalization, no KL/reference model, one optimizer update per
+generation batch, fp32 on CPU, the same torch thread count, in one process.
+A "step" is generation + reward + loss + backward + AdamW. The first step of
+each side is discarded (allocator/warm-up); we report the median of the rest,
+interleaving A-B-A so drift on a noisy machine hits both sides.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from helpers import compose  # noqa: E402
+
+from scalerl.config import validate  # noqa: E402
+from scalerl.models import MODELS  # noqa: E402
+from scalerl.tasks import TASKS  # noqa: E402
+from scalerl.train.loop import train  # noqa: E402
+from scalerl.train.records import MetricsFile  # noqa: E402
+
+OVERRIDES = ["logger=none", "loss=cispo", "aggregation=token", "adv_norm=prompt", "filter=none", "length=truncate",
+             "precision=fp32", "batch.prompts=16", "batch.generations=16", "batch.minibatches=1", "train.eval_every=1000"]
+
+
+def scalerl_step_times(steps: int, threads: int) -> list[float]:
+    cfg = validate(compose([*OVERRIDES, f"train.steps={steps}", f"train.threads={threads}"]))
+    with tempfile.TemporaryDirectory() as d:
+        train(cfg, Path(d), run_name="bench", group="bench", config_dict={})
+        return [r["step_time_s"] for r in MetricsFile(Path(d) / "steps.jsonl").rows()][1:]
+
+
+def trl_step_times(steps: int, threads: int, model_path: Path, task) -> list[float]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from scalerl.tasks.rewards import exact_match_reward
+
+    torch.set_num_threads(threads)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    data = Dataset.from_dict({"prompt": [tok.bos_token + p.prompt for p in task.train],
+                              "answer": [p.answer for p in task.train]})
+
+    def reward(completions, answer, **_):
+        return [exact_match_reward(c, a) for c, a in zip(completions, answer)]
+
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.t0)
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(output_dir=out, per_device_train_batch_size=256, gradient_accumulation_steps=1,
+                          num_generations=16, max_completion_length=8, temperature=1.0, learning_rate=1.5e-4,
+                          loss_type="cispo", beta=0.0, max_steps=steps, use_cpu=True, report_to=[],
+                          logging_steps=10_000, save_strategy="no", bf16=False, seed=0, dataloader_num_workers=0,
+                          disable_dropout=True)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok,
+                              callbacks=[Timer()])
+        trainer.train()
+    return times[1:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    cfg = validate(compose(OVERRIDES))
+    task = TASKS[cfg.task.name].fn(cfg.task)
+    import os
+
+    model_path = MODELS["tiny"].fn(cfg.model, cfg.task, task, Path(os.path.expanduser(cfg.cache_dir)))
+    ours = scalerl_step_times(a.steps, a.threads)
+    theirs = trl_step_times(a.steps, a.threads, model_path, task)
+    ours += scalerl_step_times(a.steps, a.threads)
+    s, t = statistics.median(ours), statistics.median(theirs)
+    print(f"scalerl  median step {s * 1000:8.1f} ms  ({len(ours)} steps: {', '.join(f'{x * 1000:.0f}' for x in ours)})")
+    print(f"TRL GRPO median step {t * 1000:8.1f} ms  ({len(theirs)} steps: {', '.join(f'{x * 1000:.0f}' for x in theirs)})")
+    print(f"ratio TRL/scalerl = {t / s:.2f}x  (target >= 3x; threads={a.threads}, torch {torch.__version__})")
+
+
+if __name__ == "__main__":
+    main()

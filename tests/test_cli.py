@@ -1,0 +1,118 @@
+"""End-to-end through the CLI: resume after kill, multirun, relaunch, failures,
+W&B offline, and every recipe preset."""
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from helpers import popen_cli, read_rows, run_cli, wait_for
+
+pytestmark = pytest.mark.slow
+SHORT = ["train.steps=30", "train.eval_every=5", "train.threads=1", "logger=none"]
+VOLATILE = ("wall_s", "device_hours", "tokens_per_s", "step_time_s")  # wall-clock dependent
+
+
+def only_run(out: Path) -> Path:
+    (run_dir,) = list((out / "runs").iterdir())
+    return run_dir
+
+
+def stable(rows):
+    return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
+
+
+def test_kill_and_resume_loses_and_duplicates_no_eval_point(tmp_path):
+    ref_out, out = tmp_path / "ref", tmp_path / "int"
+    run_cli(SHORT, ref_out)
+    ref = read_rows(only_run(ref_out) / "metrics.jsonl")
+    assert [r["step"] for r in ref] == [0, 5, 10, 15, 20, 25, 30]
+
+    # 1) SIGTERM: checkpoints at the current step and stops cleanly.
+    p = popen_cli(SHORT, out, tmp_path / "a.log")
+    wait_for(lambda: any(out.glob("runs/*/metrics.jsonl")) and len(read_rows(only_run(out) / "metrics.jsonl")) >= 3,
+             what="3 eval rows", proc=p)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=120) == 0
+    run_dir = only_run(out)
+    progress = yaml.safe_load((run_dir / "progress.json").read_text())
+    assert progress["status"] == "interrupted"
+    assert (run_dir / "checkpoints" / f"step_{progress['step']:08d}.pt").exists()
+    # 2) SIGKILL: no chance to save; the resume falls back to the last checkpoint.
+    p = popen_cli(SHORT, out, tmp_path / "b.log")
+    wait_for(lambda: len(read_rows(run_dir / "metrics.jsonl")) >= 5, what="5 eval rows", proc=p)
+    p.kill()
+    p.wait(timeout=60)
+    # 3) Finish with the same command.
+    proc = run_cli(SHORT, out)
+    assert "resuming" in proc.stdout
+    got = read_rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in got] == [0, 5, 10, 15, 20, 25, 30]  # none lost, none duplicated
+    assert stable(got) == stable(ref)  # and bit-identical to the uninterrupted run
+    # A finished run is skipped by a relaunch.
+    again = run_cli(SHORT, out)
+    assert "already finished" in again.stdout and len(read_rows(run_dir / "metrics.jsonl")) == 7
+
+
+def test_multirun_of_two_arms_then_relaunch_skips(tmp_path):
+    args = ["-m", "loss=cispo,dapo", "train.steps=4", "train.eval_every=2", "logger=none"]
+    run_cli(args, tmp_path)
+    sweep = tmp_path / "sweeps" / "default"
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name.split(",")[0] for p in runs] == ["loss=cispo", "loss=dapo"]
+    for p in runs:
+        assert (p / "config.yaml").exists() and (p / "summary.json").exists()
+        assert [r["step"] for r in read_rows(p / "metrics.jsonl")] == [0, 2, 4]
+        assert yaml.safe_load((p / "config.yaml").read_text())["loss"]["name"] in ("cispo", "dapo")
+    board = pd.read_csv(sweep / "leaderboard.csv")
+    assert {"run", "rank", "status", "A", "A_lo", "A_hi", "B", "C_mid", "R0", "loss", "loss_clamp"} <= set(board.columns)
+    assert set(board["loss"]) == {"cispo", "dapo"}
+    mtimes = {p: (p / "metrics.jsonl").stat().st_mtime for p in runs}
+    again = run_cli(args, tmp_path)
+    assert "launching 0 arm(s); 2 already done" in again.stdout
+    assert mtimes == {p: (p / "metrics.jsonl").stat().st_mtime for p in runs}
+    status = run_cli([*args, "--status"], tmp_path)
+    assert status.stdout.count("done") >= 2 and "launching" not in status.stdout
+
+
+def test_failed_arm_is_reported_and_only_it_reruns(tmp_path):
+    study = tmp_path / "mixed.yaml"
+    study.write_text(yaml.safe_dump({"arms": [
+        {"overrides": ["loss=cispo"]},
+        {"overrides": ["loss=dapo", "train.device=cuda"]},  # no GPU here: fails at start-up
+    ]}))
+    args = ["-m", f"sweep={study}", "train.steps=2", "train.eval_every=2", "logger=none"]
+    first = run_cli(args, tmp_path / "out", check=False)
+    assert first.returncode == 1
+    assert "FAILED" in first.stdout and "train.device" in first.stdout and "log:" in first.stdout
+    board = pd.read_csv(tmp_path / "out" / "sweeps" / "mixed" / "leaderboard.csv")
+    assert sorted(board["status"].str.contains("failed")) == [False, True]
+    second = run_cli(args, tmp_path / "out", check=False)
+    assert "launching 1 arm(s); 1 already done" in second.stdout
+
+
+def test_wandb_offline_run_keeps_its_id_across_a_resume(tmp_path):
+    args = ["train.steps=20", "train.eval_every=5", "train.threads=1", "logger=wandb"]
+    p = popen_cli(args, tmp_path, tmp_path / "a.log")
+    wait_for(lambda: any(tmp_path.glob("runs/*/metrics.jsonl")) and len(read_rows(only_run(tmp_path) / "metrics.jsonl")) >= 2,
+             what="2 eval rows", proc=p)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=120) == 0
+    run_cli(args, tmp_path)
+    run_dir = only_run(tmp_path)
+    run_id = (run_dir / "wandb_id").read_text().strip()
+    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 2 and all(d.name.endswith(run_id) for d in offline)
+    record = (offline[-1] / f"run-{run_id}.wandb").read_bytes()
+    assert b"eval/pass_rate" in record and b"train/truncation_rate" in record
+
+
+def test_every_recipe_runs_end_to_end(tmp_path):
+    run_cli(["-m", "sweep=recipes", "train.steps=3", "train.eval_every=3", "logger=none"], tmp_path)
+    runs = [p for p in (tmp_path / "sweeps" / "recipes").iterdir() if p.is_dir()]
+    recipes = {yaml.safe_load((p / "config.yaml").read_text())["recipe"] for p in runs}
+    assert recipes == {"scalerl", "deepseek_grpo", "qwen_dapo", "magistral", "minimax"}
+    for p in runs:
+        assert yaml.safe_load((p / "summary.json").read_text())["status"] == "done"
+        assert len(read_rows(p / "metrics.jsonl")) == 2
