@@ -14,6 +14,9 @@ class SamplingParams:
     eos_token_id: int
     pad_token_id: int
     temperature: float = 1.0
+    n: int = 1
+    """Completions per prompt (the group size). Output rows are grouped: prompt i owns
+    rows i*n .. i*n+n-1. The prompt is prefilled once and its KV cache shared."""
     interrupt_at: torch.Tensor | None = None
     """(N,) long: after this many free tokens, force ``force_ids`` (ScaleRL
     length interruption). -1 or None: never interrupt."""
@@ -49,4 +52,5 @@ class Generator(Protocol):
     version: int
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
+        """``len(prompts) * params.n`` completions, grouped by prompt."""
         ...

@@ -1,6 +1,8 @@
 """Batched KV-cache sampling with plain torch + transformers.
 
-One prefill over the left-padded prompts, then one decode step per token for
+One prefill over the left-padded *unique* prompts, whose KV cache is then
+repeated for the ``n`` samples of each (a group shares its prefix, so the
+prompt is computed once, not G times), then one decode step per token for
 the whole batch. Length interruptions (ScaleRL §3) are handled here by forcing
 the phrase tokens into rows that reach their sampled interruption point; forced
 tokens are fed through the model like any other but are excluded from the loss.
@@ -28,6 +30,16 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[tor
     return ids.to(device), mask.to(device)
 
 
+def sample_gumbel(logp: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+    """One draw per row from softmax(logp): argmax(logp + Gumbel noise).
+
+    Exactly the categorical distribution, and cheaper than torch.multinomial
+    for small vocabularies on CPU. logp (N, V) -> (N,) long.
+    """
+    u = torch.rand(logp.shape, generator=rng, device=logp.device, dtype=torch.float32).clamp_(min=1e-20)
+    return (logp - torch.log(-torch.log(u))).argmax(-1)
+
+
 class TorchGenerator:
     """Samples from ``policy`` in-process; ``version`` is bumped by the trainer."""
 
@@ -39,7 +51,7 @@ class TorchGenerator:
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
         pol, dev = self.policy, self.device
-        n = len(prompts)
+        n = len(prompts) * params.n
         ids, mask = left_pad(prompts, params.pad_token_id, dev)
         force = torch.as_tensor(list(params.force_ids), dtype=torch.long, device=dev)
         n_force = len(force)
@@ -66,12 +78,15 @@ class TorchGenerator:
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
 
         cache = DynamicCache()
-        h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)
+        h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)  # (P, W, H)
+        if params.n > 1:  # share each prompt's prefill across its n samples
+            cache.batch_repeat_interleave(params.n)
+            h, mask = h[:, -1:].repeat_interleave(params.n, 0), mask.repeat_interleave(params.n, 0)
         pos = positions_from_mask(mask)[:, -1:]  # (N, 1)
         for t in range(max_len):
             logits = pol.logits(h[:, -1], side="gen")  # (N, V)
             logp = torch.log_softmax(logits, dim=-1)
-            tok = torch.multinomial(logp.exp(), 1, generator=rng).squeeze(-1)  # (N,)
+            tok = sample_gumbel(logp, rng)  # (N,)
             # Rows reaching their interruption point start forcing the phrase.
             start = will_interrupt & ~interrupted & ~done & (interrupt_at == t)
             force_pos = torch.where(start, torch.zeros_like(force_pos), force_pos)

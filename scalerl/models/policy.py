@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 HeadFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -58,17 +58,25 @@ class Policy:
         head = self.gen_head if side == "gen" else self.train_head
         return head(hidden, self.head_weight).float() / self.temperature
 
-    def completion_logits(self, prompt_ids, prompt_mask, tokens, token_mask) -> torch.Tensor:
+    def completion_logits(self, prompt_ids, prompt_mask, tokens, token_mask, group: int = 1) -> torch.Tensor:
         """Trainer-side logits predicting each completion token.
 
-        prompt_ids/prompt_mask (N, P) left-padded; tokens/token_mask (N, T).
-        Returns (N, T, V) fp32.
+        prompt_ids/prompt_mask (P, W) left-padded unique prompts; tokens/token_mask
+        (P*group, T), grouped by prompt. The prompt is run once per group and its
+        keys/values (with their gradients) are shared by the group's completions:
+        the same function as a full forward of every prompt+completion, with
+        1/group of the prompt compute. Returns (P*group, T, V) fp32.
         """
-        ids = torch.cat([prompt_ids, tokens], dim=1)  # (N, P+T)
-        mask = torch.cat([prompt_mask, token_mask], dim=1)
-        h, _ = self.hidden(ids, mask, positions_from_mask(mask))
-        p = prompt_ids.shape[1]
-        return self.logits(h[:, p - 1 : -1], side="train")  # position p-1 predicts token 0
+        cache = DynamicCache()
+        h_prompt, cache = self.hidden(prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
+        if group > 1:
+            cache.batch_repeat_interleave(group)
+        pmask = prompt_mask.repeat_interleave(group, 0)  # (N, W)
+        mask = torch.cat([pmask, token_mask], dim=1)  # (N, W+T)
+        pos = positions_from_mask(mask)[:, pmask.shape[1] :]
+        h, _ = self.hidden(tokens, mask, pos, cache=cache)  # (N, T, H)
+        first = h_prompt[:, -1:].repeat_interleave(group, 0)  # last prompt position predicts token 0
+        return self.logits(torch.cat([first, h[:, :-1]], dim=1), side="train")
 
 
 def linear_head(dtype: torch.dtype | None) -> HeadFn:

@@ -3,10 +3,11 @@
 compute (FLOPs) = 6·N·T_train + 2·N·T_gen   (Kaplan et al. 2020 estimate)
 - N: parameters excluding the input embedding (a lookup, not a matmul);
   the LM head counts.
-- T_train: tokens (prompt + completion) of every sample that entered a
-  backward pass: 2·N forward + 4·N backward per token.
-- T_gen: prompt (prefill) + generated tokens of every sampled completion,
-  including ones later dropped by the data filter: 2·N per token.
+- T_train: tokens that entered a backward pass: each trained group's prompt
+  once (its G completions share the prompt's keys/values) plus every
+  completion token: 2·N forward + 4·N backward per token.
+- T_gen: each prompt's prefill once per group plus every generated token,
+  including groups later dropped by the data filter: 2·N per token.
 Attention's sequence-length term is ignored (tiny for short contexts, and
 the paper's axis is GPU-hours anyway). Held-out evaluation is not counted:
 it is measurement, not training. FLOPs are the default fit axis because they

@@ -6,6 +6,7 @@ prompts. The only axis-specific behaviour is delegated: the length plan
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,7 @@ class Rollout:
     prompt_index: list[int]
     """(P,) train-pool indices of this rank's prompts."""
     prompt_ids: torch.Tensor
-    """(P*G, W) left-padded prompt ids, each prompt repeated G times."""
+    """(P, W) left-padded prompt ids, one row per prompt (its G completions share it)."""
     prompt_mask: torch.Tensor
     gen: Generation
     correct: torch.Tensor
@@ -28,30 +29,40 @@ class Rollout:
     rewards: torch.Tensor
     """(P, G) reward after length shaping; what advantages are computed from."""
     gen_tokens: int
-    """Prompt + generated tokens processed by the generator (incl. refill rounds)."""
+    """Tokens the generator processed: each prompt once (shared prefill) plus every
+    generated token, refill rounds included."""
     texts: list[str]
 
 
-def encode_prompt(tok, text: str) -> list[int]:
-    """Prompt ids with BOS prepended if the tokenizer has one and did not add it."""
+@functools.lru_cache(maxsize=1 << 16)
+def _encode(tok, text: str) -> tuple[int, ...]:
     ids = tok(text, add_special_tokens=False)["input_ids"]
     bos = tok.bos_token_id
-    return ([bos] if bos is not None else []) + ids
+    return tuple(([bos] if bos is not None else []) + ids)
+
+
+def encode_prompt(tok, text: str) -> list[int]:
+    """Prompt ids with BOS prepended if the tokenizer has one (cached: prompts recur every epoch)."""
+    return list(_encode(tok, text))
 
 
 def decode_completions(tok, gen: Generation) -> list[str]:
     """Completion text up to (not including) EOS; pads and EOS removed."""
-    keep = gen.present & (gen.tokens != tok.eos_token_id)
-    return [tok.decode(row[m].tolist(), skip_special_tokens=False) for row, m in zip(gen.tokens.cpu(), keep.cpu())]
+    keep = (gen.present & (gen.tokens != tok.eos_token_id)).cpu().tolist()
+    rows = [[t for t, k in zip(row, ks) if k] for row, ks in zip(gen.tokens.cpu().tolist(), keep)]
+    backend = getattr(tok, "backend_tokenizer", None)  # fast path: skips per-token Python checks
+    if backend is not None:
+        return backend.decode_batch(rows, skip_special_tokens=False)
+    return tok.batch_decode(rows, skip_special_tokens=False)
 
 
 def sample_and_score(problems, group: int, *, generator, tok, task, length_cfg, temperature, rng, device):
     """Generate ``group`` completions for each problem and grade them."""
-    prompts = [encode_prompt(tok, p.prompt) for p in problems for _ in range(group)]
-    plan = LENGTHS[length_cfg.name].fn(length_cfg, len(prompts), rng)
+    prompts = [encode_prompt(tok, p.prompt) for p in problems]
+    plan = LENGTHS[length_cfg.name].fn(length_cfg, len(prompts) * group, rng)
     params = SamplingParams(
         max_new_tokens=length_cfg.max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        temperature=temperature, interrupt_at=plan.interrupt_at,
+        temperature=temperature, n=group, interrupt_at=plan.interrupt_at,
         force_ids=encode_phrase(tok, plan.phrase), answer_budget=plan.answer_budget,
     )
     gen = generator.generate(prompts, params, rng)
@@ -97,7 +108,7 @@ def _replace_dropped(keep, new_index, new, ids, mask, gen, correct, rewards, tex
     n_ids, n_mask, n_gen, n_correct, n_rewards, _, n_texts = new
     slots = (~keep).nonzero().flatten().tolist()
     rows_old = [s * group + g for s in slots for g in range(group)]
-    ids, mask = _merge_padded(ids, mask, n_ids, n_mask, rows_old, left=True)
+    ids, mask = _merge_padded(ids, mask, n_ids, n_mask, slots)
     merged = {}
     for name in ("tokens", "logprobs", "sampled", "present", "version"):
         old, upd = getattr(gen, name), getattr(n_gen, name)
@@ -131,7 +142,7 @@ def _merge_right(old, upd, rows):
     return out
 
 
-def _merge_padded(ids, mask, n_ids, n_mask, rows, left):
+def _merge_padded(ids, mask, n_ids, n_mask, rows):
     """Left-padded variant of ``_merge_right`` for prompts (pad ids are masked out)."""
     w = max(ids.shape[1], n_ids.shape[1])
     padl = lambda t: torch.nn.functional.pad(t, (w - t.shape[1], 0))

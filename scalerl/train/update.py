@@ -32,7 +32,7 @@ def policy_update(policy, optimizer, params, ro, adv, keep, cfg, dist) -> dict:
     nonfinite, train_tokens = 0, 0
     for groups in minibatch_groups(keep, cfg.batch.minibatches):
         rows = torch.tensor([g * group + j for g in groups for j in range(group)], dtype=torch.long)
-        loss, metrics, units = _minibatch_loss(policy, ro, adv_rows, rows, group, cfg)
+        loss, metrics, units = _minibatch_loss(policy, ro, adv_rows, groups, rows, group, cfg)
         global_units = dist.all_sum(torch.tensor([float(units)])).item()
         if global_units == 0:
             continue
@@ -50,7 +50,8 @@ def policy_update(policy, optimizer, params, ro, adv, keep, cfg, dist) -> dict:
             nonfinite += 1
             continue
         optimizer.step()
-        train_tokens += int(ro.prompt_mask[rows].sum() + ro.gen.present[rows].sum())
+        # Each prompt is computed once per group (shared prefix), each completion token once.
+        train_tokens += int(ro.prompt_mask[groups].sum() + ro.gen.present[rows].sum())
         done.append({**metrics, "loss": float(loss.detach()), "grad_norm": float(gnorm)})
     out = {k: sum(d[k] for d in done) / len(done) for k in done[0]} if done else {}
     if done:  # the first minibatch precedes any update this step: pure generator-vs-trainer numerics
@@ -60,12 +61,12 @@ def policy_update(policy, optimizer, params, ro, adv, keep, cfg, dist) -> dict:
     return out
 
 
-def _minibatch_loss(policy, ro, adv_rows, rows, group, cfg):
+def _minibatch_loss(policy, ro, adv_rows, groups, rows, group, cfg):
     if len(rows) == 0:  # this rank has nothing to train on; still joins the collectives
         zero = sum(p.sum() for p in policy.model.parameters()) * 0.0
         return zero, {}, 0
     tokens, present, sampled = ro.gen.tokens[rows], ro.gen.present[rows], ro.gen.sampled[rows]
-    logits = policy.completion_logits(ro.prompt_ids[rows], ro.prompt_mask[rows], tokens, present.long())
+    logits = policy.completion_logits(ro.prompt_ids[groups], ro.prompt_mask[groups], tokens, present.long(), group=group)
     logp = token_logprobs(logits, tokens)  # (n, T)
     behav = ro.gen.logprobs[rows]
     tok_loss, m = LOSSES[cfg.loss.name].fn(logp, behav, adv_rows[rows], sampled, cfg.loss)
