@@ -1,7 +1,5 @@
 """Config tests: registries == YAML files, every option composes and validates,
 every study expands, and bad values fail before launch naming the key."""
-import itertools
-from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException

@@ -29,6 +29,9 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int = 0) -> Derived:
     b = cfg.batch
     check(b.prompts % world_size == 0, "batch.prompts",
           f"batch.prompts={b.prompts} must be divisible by the number of ranks ({world_size})")
+    check(not (cfg.filter.refill and world_size > 1), "filter",
+          f"{cfg.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
+          "use filter=zero_variance or one rank")
     per_rank = b.prompts // world_size
     check(per_rank % b.minibatches == 0, "batch.minibatches",
           f"prompts per rank ({per_rank}) must be divisible by batch.minibatches={b.minibatches}")

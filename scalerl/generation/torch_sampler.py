@@ -3,7 +3,8 @@
 One prefill over the left-padded *unique* prompts, whose KV cache is then
 repeated for the ``n`` samples of each (a group shares its prefix, so the
 prompt is computed once, not G times), then one decode step per token for
-the whole batch. Length interruptions (ScaleRL §3) are handled here by forcing
+the rows still generating: a finished row leaves the batch and the cache, so
+one long completion does not keep 255 finished ones decoding. Length interruptions (ScaleRL §3) are handled here by forcing
 the phrase tokens into rows that reach their sampled interruption point; forced
 tokens are fed through the model like any other but are excluded from the loss.
 """
@@ -72,7 +73,6 @@ class TorchGenerator:
         logps = torch.zeros((n, max_len), dtype=torch.float32, device=dev)
         sampled = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
         present = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
-        done = torch.zeros(n, dtype=torch.bool, device=dev)
         stopped = torch.zeros(n, dtype=torch.bool, device=dev)
         interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
@@ -83,31 +83,34 @@ class TorchGenerator:
             cache.batch_repeat_interleave(params.n)
             h, mask = h[:, -1:].repeat_interleave(params.n, 0), mask.repeat_interleave(params.n, 0)
         pos = positions_from_mask(mask)[:, -1:]  # (N, 1)
+        rows = torch.arange(n, device=dev)  # the rows still decoding; finished rows leave the batch
         for t in range(max_len):
-            logits = pol.logits(h[:, -1], side="gen")  # (N, V)
-            logp = torch.log_softmax(logits, dim=-1)
-            tok = sample_gumbel(logp, rng)  # (N,)
+            logp = torch.log_softmax(pol.logits(h[:, -1], side="gen"), dim=-1)  # (n_live, V)
+            tok = sample_gumbel(logp, rng)  # (n_live,)
             # Rows reaching their interruption point start forcing the phrase.
-            start = will_interrupt & ~interrupted & ~done & (interrupt_at == t)
-            force_pos = torch.where(start, torch.zeros_like(force_pos), force_pos)
-            interrupted |= start
-            forcing = force_pos >= 0
+            fpos = force_pos[rows]
+            start = will_interrupt[rows] & ~interrupted[rows] & (interrupt_at[rows] == t)
+            fpos = torch.where(start, torch.zeros_like(fpos), fpos)
+            interrupted[rows] |= start
+            forcing = fpos >= 0
             if n_force:
-                tok = torch.where(forcing, force[force_pos.clamp(max=n_force - 1)], tok)
-            alive = ~done
-            tok = torch.where(alive, tok, torch.full_like(tok, params.pad_token_id))
-            tokens[:, t] = tok
-            logps[:, t] = torch.where(alive, logp.gather(-1, tok[:, None]).squeeze(-1), torch.zeros_like(logps[:, t]))
-            sampled[:, t] = alive & ~forcing
-            present[:, t] = alive
-            # State updates.
-            stopped |= alive & ~forcing & (tok == params.eos_token_id)
-            force_pos = torch.where(forcing, force_pos + 1, force_pos)
-            force_pos = torch.where(force_pos >= n_force, torch.full_like(force_pos, -1), force_pos)
-            done = stopped | (t + 1 >= cap)
-            if bool(done.all()):
+                tok = torch.where(forcing, force[fpos.clamp(max=n_force - 1)], tok)
+            tokens[rows, t] = tok
+            logps[rows, t] = logp.gather(-1, tok[:, None]).squeeze(-1)
+            sampled[rows, t] = ~forcing
+            present[rows, t] = True
+            stop_now = ~forcing & (tok == params.eos_token_id)
+            stopped[rows] |= stop_now
+            fpos = torch.where(forcing, fpos + 1, fpos)
+            force_pos[rows] = torch.where(fpos >= n_force, torch.full_like(fpos, -1), fpos)
+            live = ~(stop_now | (t + 1 >= cap[rows]))
+            if not bool(live.any()):
                 break
-            mask = torch.cat([mask, alive.long()[:, None]], dim=1)
+            if not bool(live.all()):  # drop finished rows from the batch and the KV cache
+                keep = live.nonzero().flatten()
+                cache.batch_select_indices(keep)
+                rows, tok, mask, pos = rows[keep], tok[keep], mask[keep], pos[keep]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             pos = pos + 1
             h, cache = pol.hidden(tok[:, None], mask, pos, cache=cache)
         width = int(present.sum(-1).max()) if n else 0

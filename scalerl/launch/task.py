@@ -35,7 +35,7 @@ def run_lock(run_dir: Path):
     except BlockingIOError:
         os.close(fd)
         holder = read_json(run_dir / "progress.json") or {}
-        raise RuntimeError(f"{run_dir} is already being trained (pid {holder.get('pid')} on {holder.get('host')})")
+        raise RuntimeError(f"{run_dir} is already being trained (pid {holder.get('pid')} on {holder.get('host')})") from None
     try:
         yield
     finally:

@@ -56,6 +56,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     G, per_rank = cfg.batch.generations, derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
     keep_fn = FILTERS[cfg.filter.name].fn
+    refill_rounds = cfg.filter.max_refill_rounds if cfg.filter.refill else 0  # DAPO dynamic sampling
     devices = cfg.train.gpus or dist.world  # device-hours = wall x devices
     gen_kw = dict(generator=r.generator, tok=r.tok, length_cfg=cfg.length, temperature=cfg.train.temperature,
                   device=device)
@@ -108,8 +109,8 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         rng = torch.Generator().manual_seed(_seed(cfg.seed, dist.rank, step))
         # -------------------------------------------------------------- rollout
         step_prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
-        ro = rollout(step_prompts[mine], r.task, group=G, keep_fn=keep_fn, refill_rounds=cfg.filter.max_refill_rounds
-                     if cfg.filter.refill else 0, sampler=r.sampler, rng=rng, **gen_kw)
+        ro = rollout(step_prompts[mine], r.task, group=G, keep_fn=keep_fn, refill_rounds=refill_rounds,
+                     sampler=r.sampler, rng=rng, **gen_kw)
         rewards, correct = dist.all_cat(ro.rewards), dist.all_cat(ro.correct)  # (P, G) whole batch
         # ------------------------------------------------ filter + advantages
         keep = keep_fn(rewards)  # (P,)
@@ -126,13 +127,13 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
                                             float(ro.gen.interrupted.sum()), float(ro.gen.truncated.numel())]))
         gen_tok, train_tok, new_tok, n_trunc, n_interrupt, n_samples = counts.tolist()
         wall = time.perf_counter() - t0
-        state.update(step=step, compute=state["compute"] + gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok),
-                     tokens=state["tokens"] + int(new_tok), wall_s=state["wall_s"] + wall,
-                     device_hours=state["device_hours"] + wall * devices / 3600)
+        step_flops = gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok)
+        state.update(step=step, compute=state["compute"] + step_flops, tokens=state["tokens"] + int(new_tok),
+                     wall_s=state["wall_s"] + wall, device_hours=state["device_hours"] + wall * devices / 3600)
         stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,
                  "truncation_rate": n_trunc / n_samples, "interrupt_rate": n_interrupt / n_samples,
-                 "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall, "lr": r.scheduler.get_last_lr()[0],
-                 **{k: v for k, v in upd.items() if k not in ("train_tokens",)}}
+                 "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall,
+                 "lr": r.scheduler.get_last_lr()[0], **{k: v for k, v in upd.items() if k != "train_tokens"}}
         _alarms(stats, state, cfg, say, dist)
         window.append(stats)
         if dist.main:

@@ -68,7 +68,6 @@ def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
         gen = TorchGenerator(policy, device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
         stream = task.sft_stream(cfg.seed)
-        rng = torch.Generator().manual_seed(cfg.seed)
         budget = TruncateConfig(max_new_tokens=max(len(p.answer) for p in task.heldout) + 2)
         t0, rate, step = time.time(), 0.0, 0
         log(f"[scalerl] warm start: SFT until held-out pass rate >= {cfg.target_pass_rate} -> {dst}")

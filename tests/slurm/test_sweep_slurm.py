@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from helpers import popen_cli, read_rows, run_cli, wait_for
 
