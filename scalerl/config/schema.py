@@ -39,7 +39,7 @@ class BatchConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 600
+    steps: int = 1000
     """Optimizer steps (generation batches) in the run."""
     lr: float = 1.5e-4
     """Constant after warm-up (paper: 5e-7 at 8B; tiny models need far more, TINY_RL.md)."""
