@@ -23,7 +23,7 @@ def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, **gen_k
     by_kind: dict[str, list[float]] = {}
     for start in range(0, len(problems), per_chunk):
         chunk = problems[start : start + per_chunk]
-        _, _, gen, correct, _, _, _ = sample_and_score(chunk, samples, rng=rng, task=task, **gen_kw)
+        correct = sample_and_score(chunk, range(len(chunk)), samples, rng=rng, task=task, **gen_kw).correct
         correct_sum += torch.tensor([correct.sum().item(), correct.numel()])
         for p, row in zip(chunk, correct):
             by_kind.setdefault(p.kind, []).append(row.mean().item())

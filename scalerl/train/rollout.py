@@ -6,6 +6,7 @@ prompts. The only axis-specific behaviour is delegated: the length plan
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -56,7 +57,8 @@ def decode_completions(tok, gen: Generation) -> list[str]:
     return tok.batch_decode(rows, skip_special_tokens=False)
 
 
-def sample_and_score(problems, group: int, *, generator, tok, task, length_cfg, temperature, rng, device):
+def sample_and_score(problems, index, group: int, *, generator, tok, task, length_cfg, temperature, rng,
+                     device) -> Rollout:
     """Generate ``group`` completions for each problem and grade them."""
     prompts = [encode_prompt(tok, p.prompt) for p in problems]
     plan = LENGTHS[length_cfg.name].fn(length_cfg, len(prompts) * group, rng)
@@ -73,8 +75,7 @@ def sample_and_score(problems, group: int, *, generator, tok, task, length_cfg, 
     if plan.penalty is not None:  # DAPO overlong penalty: correct answers only
         rewards = rewards + plan.penalty(gen.lengths.cpu().float()).view_as(correct) * (correct > 0)
     ids, mask = left_pad(prompts, tok.pad_token_id, device)
-    n_tok = int(mask.sum()) + int(gen.present.sum())
-    return ids, mask, gen, correct, rewards, n_tok, texts
+    return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()), texts)
 
 
 def encode_phrase(tok, phrase: str) -> list[int]:
@@ -88,64 +89,41 @@ def rollout(step_prompts: list[int], task, *, group, keep_fn, refill_rounds, sam
     drop are replaced by fresh prompts from ``sampler`` until every group has
     signal or the rounds run out.
     """
-    probs = [task.train[i] for i in step_prompts]
-    ids, mask, gen, correct, rewards, n_tok, texts = sample_and_score(probs, group, task=task, **gen_kw)
-    index = list(step_prompts)
+    ro = sample_and_score([task.train[i] for i in step_prompts], step_prompts, group, task=task, **gen_kw)
     for _ in range(refill_rounds):
-        keep = keep_fn(rewards)
+        keep = keep_fn(ro.rewards)
         if bool(keep.all()):
             break
         new_index = sampler.next(int((~keep).sum()))
-        new = sample_and_score([task.train[i] for i in new_index], group, task=task, **gen_kw)
-        n_tok += new[5]
-        ids, mask, gen, correct, rewards, texts, index = _replace_dropped(
-            keep, new_index, new, ids, mask, gen, correct, rewards, texts, index, group)
-    return Rollout(index, ids, mask, gen, correct, rewards, n_tok, texts)
+        fresh = sample_and_score([task.train[i] for i in new_index], new_index, group, task=task, **gen_kw)
+        ro = replace_groups(ro, (~keep).nonzero().flatten().tolist(), fresh)
+    return ro
 
 
-def _replace_dropped(keep, new_index, new, ids, mask, gen, correct, rewards, texts, index, group):
-    """Swap the dropped groups for freshly generated ones (same count)."""
-    n_ids, n_mask, n_gen, n_correct, n_rewards, _, n_texts = new
-    slots = (~keep).nonzero().flatten().tolist()
-    rows_old = [s * group + g for s in slots for g in range(group)]
-    ids, mask = _merge_padded(ids, mask, n_ids, n_mask, slots)
-    merged = {}
-    for name in ("tokens", "logprobs", "sampled", "present", "version"):
-        old, upd = getattr(gen, name), getattr(n_gen, name)
-        merged[name] = _merge_right(old, upd, rows_old)
-    gen = Generation(truncated=_set_rows(gen.truncated, n_gen.truncated, rows_old),
-                     interrupted=_set_rows(gen.interrupted, n_gen.interrupted, rows_old), **merged)
-    correct, rewards = correct.clone(), rewards.clone()
-    correct[slots], rewards[slots] = n_correct, n_rewards
-    texts = list(texts)
-    for j, r in enumerate(rows_old):
-        texts[r] = n_texts[j]
-    index = list(index)
+def replace_groups(ro: Rollout, slots: list[int], fresh: Rollout) -> Rollout:
+    """``ro`` with its groups at ``slots`` replaced, in order, by ``fresh``'s groups."""
+    group = ro.correct.shape[1]
+    rows = [s * group + g for s in slots for g in range(group)]
+    gen = Generation(**{f.name: _put(getattr(ro.gen, f.name), getattr(fresh.gen, f.name), rows)
+                        for f in dataclasses.fields(Generation)})
+    texts, index = list(ro.texts), list(ro.prompt_index)
+    for j, r in enumerate(rows):
+        texts[r] = fresh.texts[j]
     for j, s in enumerate(slots):
-        index[s] = new_index[j]
-    return ids, mask, gen, correct, rewards, texts, index
+        index[s] = fresh.prompt_index[j]
+    return Rollout(index, _put(ro.prompt_ids, fresh.prompt_ids, slots, left=True),
+                   _put(ro.prompt_mask, fresh.prompt_mask, slots, left=True), gen,
+                   _put(ro.correct, fresh.correct, slots), _put(ro.rewards, fresh.rewards, slots),
+                   ro.gen_tokens + fresh.gen_tokens, texts)
 
 
-def _set_rows(old, upd, rows):
+def _put(old: torch.Tensor, new: torch.Tensor, idx: list[int], left: bool = False) -> torch.Tensor:
+    """Copy of ``old`` with rows ``idx`` set to ``new``; 2-D tensors are padded to a common
+    width (left for prompts). Padding is never attended to or trained on: its masks are 0."""
+    if old.dim() == 2 and old.shape[1] != new.shape[1]:
+        w = max(old.shape[1], new.shape[1])
+        pad = lambda t: torch.nn.functional.pad(t, (w - t.shape[1], 0) if left else (0, w - t.shape[1]))
+        old, new = pad(old), pad(new)
     out = old.clone()
-    out[rows] = upd
+    out[idx] = new
     return out
-
-
-def _merge_right(old, upd, rows):
-    """Put ``upd`` rows into ``old`` at ``rows``, right-padding to a common width
-    (padding is never attended to nor trained on: present/sampled are False there)."""
-    w = max(old.shape[1], upd.shape[1])
-    pad = lambda t: torch.nn.functional.pad(t, (0, w - t.shape[1]))
-    out = pad(old).clone()
-    out[rows] = pad(upd)
-    return out
-
-
-def _merge_padded(ids, mask, n_ids, n_mask, rows):
-    """Left-padded variant of ``_merge_right`` for prompts (pad ids are masked out)."""
-    w = max(ids.shape[1], n_ids.shape[1])
-    padl = lambda t: torch.nn.functional.pad(t, (w - t.shape[1], 0))
-    ids, mask = padl(ids).clone(), padl(mask).clone()
-    ids[rows], mask[rows] = padl(n_ids), padl(n_mask)
-    return ids, mask
