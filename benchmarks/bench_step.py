@@ -13,6 +13,7 @@ interleaving A-B-A so drift on a noisy machine hits both sides.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -87,8 +88,6 @@ def main() -> None:
     a = ap.parse_args()
     cfg = validate(compose(OVERRIDES))
     task = TASKS[cfg.task.name].fn(cfg.task)
-    import os
-
     model_path = MODELS["tiny"].fn(cfg.model, cfg.task, task, Path(os.path.expanduser(cfg.cache_dir)))
     ours = scalerl_step_times(a.steps, a.threads)
     theirs = trl_step_times(a.steps, a.threads, model_path, task)

@@ -1,8 +1,8 @@
 """``model=tiny``: the embedded Llama-style model, built offline and cached."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from filelock import FileLock
