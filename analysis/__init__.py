@@ -6,19 +6,21 @@ solver, baseline), uncertainty (uncertainty), the tidy runs table (runs), rankin
 network read or write (io, report), and the CLI (cli, __main__).
 Must not know about: torch, the trainer or anything in `scalerl` -- it reads what runs
 leave on disk (metrics.jsonl, config.yaml, summary.json) or in W&B, nothing else.
-To add a fitting method: a function in solver.py, its name in fit.METHODS and a branch
-in fit_sigmoid; the method-agreement test then covers it.
+Every fit setting travels as one frozen fit.FitOptions, validated when built.
+To add a fitting method: a function in fit.py (its heavy numerics in solver.py) and its
+entry in fit.METHODS; FitOptions' check, the CLI's --method choices and the never-raises
+property test derive from that dict.
 """
 from analysis.baseline import PowerLawFit, fit_power_law
 from analysis.extrapolation import ExtrapolationCheck, extrapolation_check
-from analysis.fit import STATUSES, FitResult, fit_sigmoid, fit_until
+from analysis.fit import METHODS, STATUSES, FitOptions, FitResult, fit_sigmoid, fit_until
 from analysis.leaderboard import format_leaderboard, leaderboard
 from analysis.models import guess, power_law, sigmoid
 from analysis.pipeline import analyze_extrapolation, analyze_sweep
 from analysis.runs import fit_runs
 
 __all__ = [
-    "ExtrapolationCheck", "FitResult", "PowerLawFit", "STATUSES", "analyze_extrapolation",
-    "analyze_sweep", "extrapolation_check", "fit_power_law", "fit_runs", "fit_sigmoid",
-    "fit_until", "format_leaderboard", "guess", "leaderboard", "power_law", "sigmoid",
+    "ExtrapolationCheck", "FitOptions", "FitResult", "METHODS", "PowerLawFit", "STATUSES",
+    "analyze_extrapolation", "analyze_sweep", "extrapolation_check", "fit_power_law", "fit_runs",
+    "fit_sigmoid", "fit_until", "format_leaderboard", "guess", "leaderboard", "power_law", "sigmoid",
 ]

@@ -2,7 +2,8 @@
 
 The paper shows why it is only a baseline: on the 8B run it gave A = 1.0 fitted on
 1.5k-50k GPU-h and 0.74 on 5k-50k, where the sigmoid gave 0.645 both times (truth ~0.65).
-It shares `prepare_curve` with the sigmoid, so both see exactly the same points.
+It shares `prepare_curve` and FitOptions (r0, min_compute, fit_until, min_points) with
+the sigmoid, so both see exactly the same points; the other options do not apply.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from analysis.fit import NAN, CurveError, prepare_curve
+from analysis.fit import NAN, CurveError, FitOptions, prepare_curve
 from analysis.models import power_law
 
 B_GRID = np.geomspace(0.01, 5.0, 60)
@@ -45,17 +46,15 @@ def _linear_ad(z, y):
     return A, D
 
 
-def fit_power_law(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit_until=None,
-                  min_points=5):
-    """Fit A - D / C^B on the same points as `fit_sigmoid`; never raises."""
+def fit_power_law(compute, reward, options: FitOptions = FitOptions(), *, epoch=None):
+    """Fit A - D / C^B on the same points as `fit_sigmoid` with `options`; never raises on data."""
     try:
-        curve = prepare_curve(compute, reward, r0=r0, epoch=epoch, min_compute=min_compute,
-                              fit_until=fit_until)
+        curve = prepare_curve(compute, reward, options, epoch=epoch)
     except CurveError as err:
         return PowerLawFit(status=err.status, reason=str(err))
-    if curve.x.size < min_points:
+    if curve.x.size < options.min_points:
         return PowerLawFit(status="too_few_points", n_points=int(curve.x.size),
-                           reason=f"{curve.x.size} points, need {min_points}")
+                           reason=f"{curve.x.size} points, need {options.min_points}")
     scale = float(curve.x[-1])
     x, y = curve.x / scale, curve.y
     best = None

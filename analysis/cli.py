@@ -1,6 +1,6 @@
 """Command line: `python -m analysis fit|extrapolate ...` (also `scalerl-analysis`).
 
-    python -m analysis fit multirun/2025-10-01/12-00-00 --out analysis_out
+    python -m analysis fit outputs/sweeps/loss --out results/
     python -m analysis fit points.csv --out out --method paper_grid --n-boot 200
     python -m analysis fit sweep/ --out out --fit-until 5e15 --target-compute 2e16 --wandb
     python -m analysis extrapolate sweep/ --fraction 0.5 --out out
@@ -12,11 +12,12 @@ On a SLURM cluster, run it on a CPU node after the sweep's array finishes, e.g.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
-from analysis.fit import METHODS
+from analysis.fit import METHODS, FitOptions
 from analysis.io import AXES
 from analysis.leaderboard import MARGIN
-from analysis.pipeline import analyze_extrapolation, analyze_sweep
+from analysis.pipeline import FORECAST_OPTIONS, analyze_extrapolation, analyze_sweep
 
 
 def _min_compute(text):
@@ -35,15 +36,15 @@ def _common(p):
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--axis", choices=AXES, default="compute",
                    help="x-axis for sweep directories (default: compute, i.e. training FLOPs)")
-    p.add_argument("--min-compute", type=_min_compute, default="auto", metavar="X",
+    p.add_argument("--min-compute", type=_min_compute, default=FitOptions.min_compute, metavar="X",
                    help="fit only points with compute >= X: 'auto' (first epoch, capped at 25%% of "
                         "the run; 10%% without epochs), 'P%%' of each run, an absolute value, or 'none'")
-    p.add_argument("--r0", type=float, default=None, metavar="V",
+    p.add_argument("--r0", type=float, default=FitOptions.r0, metavar="V",
                    help="fix R0 for every run (default: each run's step-0 eval)")
-    p.add_argument("--method", choices=METHODS, default="closed_form",
+    p.add_argument("--method", choices=list(METHODS), default=FitOptions.method,
                    help="closed_form (default: closed-form A + 2-D grid + least_squares) or "
                         "paper_grid (the paper's A x C_mid grid with curve_fit for B; slow)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed")
     p.add_argument("--plots", choices=("all", "summary", "none"), default="all",
                    help="all: overview, bars and one PNG per run; summary: no per-run PNGs")
     p.add_argument("--quiet", action="store_true", help="print nothing")
@@ -55,15 +56,16 @@ def build_parser():
 
     fit = sub.add_parser("fit", help="fit every run, rank them, write leaderboard.csv and PNGs")
     _common(fit)
-    fit.add_argument("--fit-until", type=float, default=None, metavar="X",
+    fit.add_argument("--fit-until", type=float, default=FitOptions.fit_until, metavar="X",
                      help="fit only compute <= X and predict the rest (adds pred_final, obs_final)")
-    fit.add_argument("--n-boot", type=int, default=500, metavar="N", help="bootstrap replicates (0: none)")
+    fit.add_argument("--n-boot", type=int, default=FitOptions.n_boot, metavar="N",
+                     help="bootstrap replicates (default %(default)s; 0: none)")
     fit.add_argument("--margin", type=float, default=MARGIN,
                      help="A values within this are tied and ordered by B at a common A (paper: 0.02)")
     fit.add_argument("--target-compute", type=float, default=None, metavar="C",
                      help="also rank by predicted reward at compute C (which recipe wins at my budget?)")
-    fit.add_argument("--max-a-width", type=float, default=0.1,
-                     help="an A interval wider than this marks A_unidentified")
+    fit.add_argument("--max-a-width", type=float, default=FitOptions.max_a_width,
+                     help="an A interval wider than this marks A_unidentified (default %(default)s)")
     fit.add_argument("--wandb", action="store_true", help="log a summary W&B run (offline by default)")
     fit.add_argument("--wandb-project", default="scalerl-analysis")
     fit.add_argument("--wandb-group", default=None, help="default: the sweep directory's name")
@@ -76,14 +78,21 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    common = dict(axis=args.axis, min_compute=args.min_compute, r0=args.r0, method=args.method,
-                  plots=args.plots, quiet=args.quiet, seed=args.seed)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    fields = dict(r0=args.r0, min_compute=args.min_compute, method=args.method, seed=args.seed)
     if args.command == "fit":
-        analyze_sweep(args.path, args.out, fit_until=args.fit_until, n_boot=args.n_boot,
-                      margin=args.margin, target_compute=args.target_compute,
-                      max_a_width=args.max_a_width, wandb=args.wandb, wandb_project=args.wandb_project,
-                      wandb_group=args.wandb_group, **common)
+        fields.update(fit_until=args.fit_until, n_boot=args.n_boot, max_a_width=args.max_a_width)
+    try:        # one FitOptions; a bad value exits here with the usage line, naming the option
+        options = replace(FitOptions() if args.command == "fit" else FORECAST_OPTIONS, **fields)
+    except ValueError as err:
+        parser.error(str(err))
+    common = dict(axis=args.axis, plots=args.plots, quiet=args.quiet)
+    if args.command == "fit":
+        analyze_sweep(args.path, args.out, options, margin=args.margin,
+                      target_compute=args.target_compute, wandb=args.wandb,
+                      wandb_project=args.wandb_project, wandb_group=args.wandb_group, **common)
     else:
-        analyze_extrapolation(args.path, args.out, fraction=args.fraction, n_final=args.n_final, **common)
+        analyze_extrapolation(args.path, args.out, options, fraction=args.fraction,
+                              n_final=args.n_final, **common)
     return 0

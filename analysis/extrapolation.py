@@ -8,12 +8,13 @@ comparing at the same points keeps a still-rising curve from biasing the compari
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from analysis.baseline import fit_power_law
+from analysis.fit import FitOptions
 from analysis.runs import curves, fit_runs, validate
 
 N_FINAL = 3
@@ -71,22 +72,28 @@ def summarize(per_run, fraction, n_final=N_FINAL):
     }
 
 
-def extrapolation_check(points, fraction=0.5, *, n_final=N_FINAL, **fit_options):
-    """Fit each run on its first `fraction` of compute; compare with its observed end."""
+def extrapolation_check(points, fraction=0.5, options: FitOptions = FitOptions(), *, n_final=N_FINAL):
+    """Fit each run on its first `fraction` of compute; compare with its observed end.
+
+    `fraction` sets each run's fit_until, so options.fit_until must be None.
+    """
+    if options.fit_until is not None:
+        raise ValueError("extrapolation_check sets fit_until per run from `fraction`;"
+                         f" leave FitOptions.fit_until as None (got {options.fit_until!r})")
     points = validate(points)
     data = curves(points)
     cut = {run: fraction * C.max() if C.size and C.max() > 0 else np.nan for run, (C, _) in data.items()}
     fits = {}
     for run, until in cut.items():        # each run has its own horizon
         subset = points[points["run"] == run]
-        fits.update(fit_runs(subset, fit_until=until, **fit_options))
+        fits.update(fit_runs(subset, replace(options, fit_until=until)))
     rows = []
     for run, fit in fits.items():
         C, R = data[run]
         pred, obs = final_pair(fit, C, R, n_final)
         # the baseline sees exactly the sigmoid's points: same threshold, same horizon
-        threshold = fit.min_compute if np.isfinite(fit.min_compute) else fit_options.get("min_compute", "auto")
-        power = fit_power_law(C, R, fit_until=cut[run], min_compute=threshold)
+        threshold = fit.min_compute if np.isfinite(fit.min_compute) else options.min_compute
+        power = fit_power_law(C, R, replace(options, fit_until=cut[run], min_compute=threshold))
         pred_pl = final_pair(power, C, R, n_final)[0]
         rows.append({"run": run, "fraction": fraction, "fit_until": cut[run], "status": fit.status,
                      "pred_final": pred, "obs_final": obs, "abs_error": abs(pred - obs),

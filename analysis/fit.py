@@ -2,8 +2,11 @@
 
     result = fit_sigmoid(compute, reward)            # R0 = the step-0 (compute 0) eval
     print(result.report())
+    quick = fit_sigmoid(compute, reward, FitOptions(n_boot=0, method="paper_grid"))
 
-Methods (paper §1 for the procedure it reproduces):
+Every fit setting lives on one frozen FitOptions, validated when it is built; variants
+are `dataclasses.replace(options, ...)`.  Methods (paper §1 for the procedure it
+reproduces), one function each in METHODS:
 * "closed_form" (default): for fixed (B, C_mid), A enters linearly, so its least-squares
   value is one regression, clipped to [R0, 1].  A vectorized grid over (log B, log C_mid)
   finds the basin; scipy.optimize.least_squares polishes (A, B, C_mid) within bounds.
@@ -14,11 +17,13 @@ Methods (paper §1 for the procedure it reproduces):
   window in any compute unit.  A C_mid beyond the data is then unreachable, as it mostly
   was for the paper; such a fit lands on the grid's edge and is flagged A_unidentified.
 
-The fitter never raises on bad data: every outcome is a `status` (see STATUSES).
+The fitter never raises on bad data: every outcome is a `status` (see STATUSES).  A bad
+setting raises ValueError, naming it, when its FitOptions is built.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import numbers
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,7 +42,7 @@ STATUSES = {
     "run_failed": "the run itself failed (summary.json); not fitted",
 }
 USABLE = ("ok", "nan_dropped")
-METHODS = ("closed_form", "paper_grid")
+BOOTSTRAPS = ("residual", "pairs")
 PAPER_A_GRID = np.round(np.arange(0.450, 0.8001, 0.005), 3)     # 71 values (paper §1)
 PAPER_CMID_GRID = np.linspace(100.0, 40000.0, 100)              # GPU-h (paper §1)
 PAPER_CMID_TOP = 40000.0        # mapped onto the last fitted compute (see above)
@@ -46,12 +51,71 @@ BOUND_TOL = 1e-3
 NAN = float("nan")
 
 
+@dataclass(frozen=True)
+class FitOptions:
+    """Every setting of a fit, each default written here once; checked when built.
+
+    Variants are `dataclasses.replace(options, ...)`, e.g. the tie rule's refit with a
+    fixed A and no bootstrap.  A bad value raises ValueError naming the option.
+    """
+
+    r0: float | None = None
+    """Fixed R0 for every curve; None: the eval at compute 0 (step 0), else the first point."""
+    min_compute: float | str | None = "auto"
+    """Fit only compute >= this: "auto" (about one epoch, §1), "<p>%" of the run, a number or None."""
+    fit_until: float | None = None
+    """Fit only compute <= this, to extrapolate past it; None fits every point."""
+    method: str = "closed_form"
+    """How the point estimate is found: a key of METHODS."""
+    n_boot: int = 500
+    """Bootstrap replicates; 0 (or 1: an interval needs two) skips the bootstrap."""
+    boot: str = "residual"
+    """Bootstrap kind: "residual" (fitted curve + resampled residuals) or "pairs" (resampled points)."""
+    profile: bool = True
+    """Also compute the profile-likelihood interval of A."""
+    level: float = 0.95
+    """Level of every interval, in (0, 1)."""
+    max_a_width: float = 0.1
+    """An interval on A wider than this makes A unidentified (status A_unidentified)."""
+    a_fixed: float | None = None
+    """Fix A to this value and fit B and C_mid only (the paper's tie rule, arXiv 2510.13786 §1)."""
+    min_points: int = 5
+    """Fewer finite points above min_compute than this gives status too_few_points."""
+    seed: int = 0
+    """Bootstrap seed; fit_runs derives each run's seed from it and the run's name."""
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"FitOptions.method must be one of {list(METHODS)}, got {self.method!r}")
+        if self.boot not in BOOTSTRAPS:
+            raise ValueError(f"FitOptions.boot must be one of {list(BOOTSTRAPS)}, got {self.boot!r}")
+        if not (isinstance(self.level, numbers.Real) and 0.0 < self.level < 1.0):
+            raise ValueError(f"FitOptions.level must lie in (0, 1), got {self.level!r}")
+        if not (isinstance(self.max_a_width, numbers.Real) and self.max_a_width > 0):
+            raise ValueError(f"FitOptions.max_a_width must be > 0, got {self.max_a_width!r}")
+        for name, least in (("n_boot", 0), ("min_points", 1)):
+            value = getattr(self, name)
+            if not (isinstance(value, numbers.Integral) and value >= least):
+                raise ValueError(f"FitOptions.{name} must be an integer >= {least}, got {value!r}")
+        if not isinstance(self.seed, numbers.Integral):
+            raise ValueError(f"FitOptions.seed must be an integer, got {self.seed!r}")
+        for name in ("r0", "fit_until", "a_fixed"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, numbers.Real):
+                raise ValueError(f"FitOptions.{name} must be a number or None, got {value!r}")
+        try:                  # the grammar is resolve_min_compute's; fail here, not once per run
+            resolve_min_compute(self.min_compute, np.ones(1))
+        except (TypeError, ValueError):
+            raise ValueError(f"FitOptions.min_compute must be 'auto', '<p>%', a number or None,"
+                             f" got {self.min_compute!r}") from None
+
+
 @dataclass(frozen=True, eq=False)
 class FitResult:
     """Parameters, intervals (at `level`), status and the fitted points of one curve."""
 
     status: str
-    method: str = "closed_form"
+    method: str = FitOptions.method
     A: float = NAN
     B: float = NAN
     C_mid: float = NAN
@@ -70,7 +134,7 @@ class FitResult:
     min_compute: float = NAN
     fit_until: float = NAN
     last_compute: float = NAN        # last *fitted* compute
-    level: float = 0.95
+    level: float = FitOptions.level
     r0_source: str = ""
     reasons: tuple = ()
     flags: tuple = ()
@@ -216,11 +280,42 @@ class CurveError(ValueError):
         self.status = status
 
 
-def prepare_curve(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit_until=None):
-    """Drop non-finite points, fix R0, cut at fit_until and at the compute threshold.
+# ---------------------------------------------------------------- methods (the point estimate)
+# Each takes the cleaned Curve, lx = log(x / last x), yc = y - R0 and d_fixed = A - R0 when A
+# is fixed (else None), and returns ((A - R0, log B, log(C_mid / last x), SSE) or None, reasons).
 
-    R0 (paper §1: not fitted; the natural choice is the step-0 eval): `r0` when given,
-    else the eval at compute 0, else the first point (flagged r0_from_first_point).
+def closed_form(curve, lx, yc, d_fixed):
+    """A in closed form on a (log B, log C_mid) grid, then least_squares on all three."""
+    dmax = 1.0 - curve.R0
+    d0, b0, c0, _ = solver.grid_search(lx, yc, dmax, d_fixed=d_fixed)
+    if d_fixed is not None:
+        d0, b0, c0 = d_fixed, float(b0[0]), float(c0[0])
+    return solver.polish(lx, yc, dmax, d0, b0, c0, d_fixed=d_fixed), ()
+
+
+def paper_grid(curve, lx, yc, d_fixed):
+    """The paper's A x C_mid grid with curve_fit for B (§1).  A fixed A has no grid: closed_form."""
+    if d_fixed is not None:
+        return closed_form(curve, lx, yc, d_fixed)
+    R0, reasons = curve.R0, []
+    a_values = PAPER_A_GRID[PAPER_A_GRID >= R0]
+    c_values = np.log(PAPER_CMID_GRID / PAPER_CMID_TOP)      # scale = last fitted compute
+    best = solver.paper_grid(lx, yc, R0, a_values, c_values, b0=guess(curve.x, curve.y, R0)[1])
+    if best is not None and np.isclose(best[0] + R0, [a_values.min(), a_values.max()]).any():
+        reasons.append(f"A at the edge of the paper grid ({best[0] + R0:.3f})")
+    if best is not None and np.isclose(best[2], c_values[-1]):
+        reasons.append("C_mid at the top of the paper grid: the run may end before C_mid")
+    return best, tuple(reasons)
+
+
+METHODS = {"closed_form": closed_form, "paper_grid": paper_grid}
+
+
+def prepare_curve(compute, reward, options: FitOptions = FitOptions(), *, epoch=None):
+    """Drop non-finite points, fix R0, cut at options.fit_until and at the compute threshold.
+
+    R0 (paper §1: not fitted; the natural choice is the step-0 eval): options.r0 when
+    given, else the eval at compute 0, else the first point (flagged r0_from_first_point).
     """
     flags = []
     try:
@@ -238,8 +333,8 @@ def prepare_curve(compute, reward, *, r0=None, epoch=None, min_compute="auto", f
     order = np.argsort(C[finite], kind="stable")
     C, R = C[finite][order], R[finite][order]
     E = None if E is None else E[finite][order]
-    if r0 is not None and np.isfinite(r0):
-        R0, r0_source = float(r0), "given"
+    if options.r0 is not None and np.isfinite(options.r0):
+        R0, r0_source = float(options.r0), "given"
     elif np.any(C == 0):
         R0, r0_source = float(R[C == 0][0]), "step-0 eval"
     elif C.size:
@@ -247,48 +342,37 @@ def prepare_curve(compute, reward, *, r0=None, epoch=None, min_compute="auto", f
         flags.append("r0_from_first_point")
     else:
         raise CurveError("too_few_points", "no finite points")
-    if fit_until is not None:
-        keep = C <= fit_until
+    if options.fit_until is not None:
+        keep = C <= options.fit_until
         C, R, E = C[keep], R[keep], None if E is None else E[keep]
     positive = C > 0
-    try:
-        threshold = resolve_min_compute(min_compute, C[positive], None if E is None else E[positive])
-    except ValueError:
-        raise CurveError("fit_failed", f"cannot read min_compute={min_compute!r}") from None
+    threshold = resolve_min_compute(options.min_compute, C[positive], None if E is None else E[positive])
     keep = positive & (C >= threshold * (1 - 1e-12))      # an eval at the threshold stays in
     return Curve(C[keep], R[keep], R0, r0_source, threshold, n_dropped, tuple(flags))
 
 
-def fit_sigmoid(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit_until=None,
-                method="closed_form", n_boot=500, boot="residual", profile=True, level=0.95,
-                max_a_width=0.1, a_fixed=None, min_points=5, seed=0):
-    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with R0 fixed; never raises.
+def fit_sigmoid(compute, reward, options: FitOptions = FitOptions(), *, epoch=None):
+    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with R0 fixed; never raises on data.
 
-    r0:          fixed R0; default the eval at compute 0 (step 0), else the first point.
-    epoch:       per-point epoch, for the "auto" threshold.
-    min_compute: "auto" | "<p>%" of the run | absolute compute | None.
-    fit_until:   fit only points with compute <= fit_until (for extrapolation).
-    n_boot:      bootstrap replicates (0 to skip); boot: "residual" or "pairs".
-    max_a_width: an A interval wider than this makes A unidentified.
-    a_fixed:     fix A (the paper's tie rule refits with a common A).
+    options: every setting (FitOptions), validated when it was built.
+    epoch:   per-point epoch, for min_compute="auto".
     """
-    if method not in METHODS:
-        return FitResult(status="fit_failed", method=method, reasons=(f"unknown method {method!r}",))
+    method = options.method
     try:
-        curve = prepare_curve(compute, reward, r0=r0, epoch=epoch, min_compute=min_compute,
-                              fit_until=fit_until)
+        curve = prepare_curve(compute, reward, options, epoch=epoch)
     except CurveError as err:
         return FitResult(status=err.status, method=method, reasons=(str(err),))
     x, y, R0, r0_source, threshold = curve.x, curve.y, curve.R0, curve.r0_source, curve.threshold
-    flags, reasons, n_dropped = list(curve.flags), [], curve.n_dropped
+    flags, n_dropped, level = list(curve.flags), curve.n_dropped, options.level
     common = dict(method=method, R0=R0, r0_source=r0_source, n_points=int(x.size),
                   n_dropped=n_dropped, min_compute=threshold, level=level,
-                  fit_until=NAN if fit_until is None else float(fit_until),
+                  fit_until=NAN if options.fit_until is None else float(options.fit_until),
                   last_compute=float(x[-1]) if x.size else NAN, compute=x, reward=y)
 
-    if x.size < min_points:
+    if x.size < options.min_points:
         return FitResult(status="too_few_points", flags=tuple(flags), **common,
-                         reasons=(f"{x.size} points with compute >= {threshold:.4g}, need {min_points}",))
+                         reasons=(f"{x.size} points with compute >= {threshold:.4g},"
+                                  f" need {options.min_points}",))
     signal, why = _signal(y, R0)
     if signal is None and R0 >= 1.0 - BOUND_TOL:
         signal, why = "flat", "R0 is already at the ceiling 1.0"
@@ -299,21 +383,10 @@ def fit_sigmoid(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit
 
     # ------------------------------------------------------------- point estimate
     scale = float(x[-1])
-    lx, yc, dmax = np.log(x / scale), y - R0, 1.0 - R0
-    d_fixed = None if a_fixed is None else float(np.clip(a_fixed - R0, 0.0, dmax))
-    if method == "paper_grid" and d_fixed is None:
-        a_values = PAPER_A_GRID[PAPER_A_GRID >= R0]
-        c_values = np.log(PAPER_CMID_GRID / PAPER_CMID_TOP)      # scale = last fitted compute
-        best = solver.paper_grid(lx, yc, R0, a_values, c_values, b0=guess(x, y, R0)[1])
-        if best is not None and np.isclose(best[0] + R0, [a_values.min(), a_values.max()]).any():
-            reasons.append(f"A at the edge of the paper grid ({best[0] + R0:.3f})")
-        if best is not None and np.isclose(best[2], c_values[-1]):
-            reasons.append("C_mid at the top of the paper grid: the run may end before C_mid")
-    else:
-        d0, b0, c0, _ = solver.grid_search(lx, yc, dmax, d_fixed=d_fixed)
-        if d_fixed is not None:
-            d0, b0, c0 = d_fixed, float(b0[0]), float(c0[0])
-        best = solver.polish(lx, yc, dmax, d0, b0, c0, d_fixed=d_fixed)
+    lx, yc = np.log(x / scale), y - R0
+    d_fixed = None if options.a_fixed is None else float(np.clip(options.a_fixed - R0, 0.0, 1.0 - R0))
+    best, why = METHODS[method](curve, lx, yc, d_fixed)
+    reasons = list(why)
     if best is None or not np.all(np.isfinite(best)):
         return FitResult(status="fit_failed", reasons=("no finite fit found",), flags=tuple(flags), **common)
     d, b, c, sse = best
@@ -322,17 +395,18 @@ def fit_sigmoid(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit
         flags.append("A_fixed")
 
     # ------------------------------------------------------------- uncertainty
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(options.seed)
     boot_rows = np.empty((0, 4))
-    if n_boot and n_boot > 1:
-        draws = bootstrap(lx, y, R0, (A, b, c), n_boot=int(n_boot), rng=rng, kind=boot,
-                          perturb_r0=r0_source == "step-0 eval", a_fixed=a_fixed)
+    if options.n_boot > 1:
+        draws = bootstrap(lx, y, R0, (A, b, c), n_boot=int(options.n_boot), rng=rng,
+                          kind=options.boot, perturb_r0=r0_source == "step-0 eval",
+                          a_fixed=options.a_fixed)
         boot_rows = np.column_stack([draws[:, 0], np.exp(draws[:, 1]),
                                      np.exp(draws[:, 2]) * scale, draws[:, 3]])
     A_lo, A_hi = percentile_interval(boot_rows[:, 0], level)
     B_lo, B_hi = percentile_interval(boot_rows[:, 1], level)
     Cm_lo, Cm_hi = percentile_interval(boot_rows[:, 2], level)
-    P_lo, P_hi = (profile_a(lx, y, R0, A, sse, level=level) if profile and d_fixed is None
+    P_lo, P_hi = (profile_a(lx, y, R0, A, sse, level=level) if options.profile and d_fixed is None
                   else (NAN, NAN))
 
     # ------------------------------------------------------------- identifiability (paper §1)
@@ -344,8 +418,9 @@ def fit_sigmoid(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit
         if x[-1] < C_mid:
             reasons.append(f"the run ends (C = {x[-1]:.4g}) before the fitted C_mid = {C_mid:.4g}")
         width = np.nanmax([A_hi - A_lo, P_hi - P_lo, 0.0])
-        if width > max_a_width:
-            reasons.append(f"the {100 * level:.0f}% interval on A is {width:.3f} wide (> {max_a_width})")
+        if width > options.max_a_width:
+            reasons.append(f"the {100 * level:.0f}% interval on A is {width:.3f} wide"
+                           f" (> {options.max_a_width})")
     if not 1.01 * solver.B_MIN < B < 0.99 * solver.B_MAX:
         flags.append("B_at_bound")
     status = "A_unidentified" if reasons else ("nan_dropped" if n_dropped else "ok")
@@ -355,6 +430,6 @@ def fit_sigmoid(compute, reward, *, r0=None, epoch=None, min_compute="auto", fit
                      flags=tuple(flags), boot=boot_rows, **common)
 
 
-def fit_until(compute, reward, until, **options):
+def fit_until(compute, reward, until, options: FitOptions = FitOptions(), *, epoch=None):
     """Fit only the points with compute <= `until`; predict the rest with `.predict`."""
-    return fit_sigmoid(compute, reward, fit_until=until, **options)
+    return fit_sigmoid(compute, reward, replace(options, fit_until=until), epoch=epoch)

@@ -11,11 +11,13 @@ they share), since that is what their data does determine; other statuses get no
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from analysis.extrapolation import N_FINAL, final_pair
-from analysis.fit import USABLE
+from analysis.fit import USABLE, FitOptions
 from analysis.models import sigmoid
 from analysis.runs import curves, fit_runs, run_table, validate
 from analysis.uncertainty import percentile_interval, pooled_sd, seed_interval
@@ -73,7 +75,7 @@ def _seed_values(fits):
             "C_mid": [np.log(f.C_mid) for f in usable]}
 
 
-def _arm_row(arm, member_rows, fits, level, max_a_width, pooled):
+def _arm_row(arm, member_rows, fits, options, pooled):
     row = {k: v for k, v in member_rows[0].items() if k not in ("run", "seed")}
     row.update(run=f"arm {arm}", level="arm", seed=NAN, n_seeds=len(fits),
                n_points=sum(r["n_points"] for r in member_rows),
@@ -91,7 +93,7 @@ def _arm_row(arm, member_rows, fits, level, max_a_width, pooled):
         boots = [f.boot[:, k] for f in usable if f.boot.shape[0] > 1]
         if log:
             vals, boots = np.log(vals), [np.log(b) for b in boots]
-        mean, sd, lo, hi = _mean_interval(vals, boots, level, pooled.get(name))
+        mean, sd, lo, hi = _mean_interval(vals, boots, options.level, pooled.get(name))
         if log:
             mean, lo, hi = np.exp(mean), np.exp(lo), np.exp(hi)
         row.update({name: mean, f"{name}_lo": lo, f"{name}_hi": hi})
@@ -100,26 +102,26 @@ def _arm_row(arm, member_rows, fits, level, max_a_width, pooled):
     all_ok = all(f.usable for f in fits)
     row["status"] = "ok" if usable[0].usable else "A_unidentified"
     reasons = [] if all_ok else [f"{sum(f.usable for f in fits)}/{len(fits)} seeds usable"]
-    if row["A_hi"] - row["A_lo"] > max_a_width:
+    if row["A_hi"] - row["A_lo"] > options.max_a_width:
         row["status"] = "A_unidentified"
-        reasons.append(f"the interval on the arm's A is wider than {max_a_width}")
+        reasons.append(f"the interval on the arm's A is wider than {options.max_a_width}")
     row["reasons"] = "; ".join(reasons)
     return row
 
 
-def _refit_common_a(points, units, A_common, fit_options):
+def _refit_common_a(points, units, A_common, options):
     """B of each unit refitted with A fixed to the group's mean A (paper §1 tie rule)."""
-    options = {k: v for k, v in fit_options.items() if k not in ("n_boot", "profile", "method")}
+    # only the point estimate is needed; a fixed A has no paper grid to search
+    refit = replace(options, a_fixed=A_common, n_boot=0, profile=False, method="closed_form")
     out = []
     for unit in units:
         runs = [m for m, f in zip(unit.members, unit.fits) if f.usable]
-        refits = fit_runs(points[points["run"].isin(runs)], a_fixed=A_common, n_boot=0,
-                          profile=False, **options)
+        refits = fit_runs(points[points["run"].isin(runs)], refit)
         out.append(float(np.nanmean([f.B for f in refits.values()])) if refits else NAN)
     return out
 
 
-def _rank(points, units, margin, target_compute, fit_options):
+def _rank(points, units, margin, target_compute, options):
     """Assign rank, rank_basis, tie_group, A_common, B_common in place; return notes."""
     notes, ordered = [], []
     usable = sorted((u for u in units if u.row["status"] in USABLE), key=lambda u: -u.row["A"])
@@ -132,7 +134,7 @@ def _rank(points, units, margin, target_compute, fit_options):
         if len(cluster) > 1:
             group += 1
             A_common = float(np.mean([u.row["A"] for u in cluster]))
-            B_common = _refit_common_a(points, cluster, A_common, fit_options)
+            B_common = _refit_common_a(points, cluster, A_common, options)
             for u, b in zip(cluster, B_common):
                 u.row.update(tie_group=group, A_common=A_common, B_common=b,
                              rank_basis=f"B at common A={A_common:.3f}")
@@ -155,20 +157,21 @@ def _rank(points, units, margin, target_compute, fit_options):
     return notes
 
 
-def leaderboard(points, fits=None, *, margin=MARGIN, target_compute=None, n_final=N_FINAL,
-                **fit_options):
+def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin=MARGIN,
+                target_compute=None, n_final=N_FINAL):
     """Ranked table: one row per run, plus one per arm with two or more seeds.
 
     points: tidy table (see analysis.runs); fits: {run: FitResult} to reuse, else fitted
-    here with `fit_options` (r0, min_compute, fit_until, method, n_boot, level, ...).
+    here with `options`, which also give the tie rule's refits, the arm rows' interval
+    level and max_a_width.
     target_compute: also rank by predicted reward there (pred_target, rank_target).
-    With fit_until, pred_final/obs_final compare the forecast with the last evals.
+    With options.fit_until, pred_final/obs_final compare the forecast with the last evals.
     """
     points = validate(points)
     runs = run_table(points)
-    fits = fit_runs(points, **fit_options) if fits is None else fits
+    fits = fit_runs(points, options) if fits is None else fits
     data = curves(points)
-    level = fit_options.get("level", 0.95)
+    level = options.level
     rows, units = {}, []
     for meta in runs.to_dict("records"):
         C, R = data[meta["run"]]
@@ -176,7 +179,7 @@ def leaderboard(points, fits=None, *, margin=MARGIN, target_compute=None, n_fina
         row = {**meta, **fit.to_row(), "level": "run", "n_seeds": 1,
                "last_compute": float(C.max()) if C.size else NAN, "rank": NAN,
                "rank_basis": "", "tie_group": NAN, "A_common": NAN, "B_common": NAN, "A_seed_sd": NAN}
-        if fit_options.get("fit_until") is not None:
+        if options.fit_until is not None:
             row["pred_final"], row["obs_final"] = final_pair(fit, C, R, n_final)
         rows[meta["run"]] = row
     arms = [(arm, list(members)) for arm, members in runs.groupby("arm", sort=False)["run"]]
@@ -187,11 +190,10 @@ def leaderboard(points, fits=None, *, margin=MARGIN, target_compute=None, n_fina
         if len(members) == 1:
             units.append(_Unit(rows[members[0]], member_fits, members))
             continue
-        arm_row = _arm_row(arm, [rows[m] for m in members], member_fits, level,
-                           fit_options.get("max_a_width", 0.1), pooled)
+        arm_row = _arm_row(arm, [rows[m] for m in members], member_fits, options, pooled)
         arm_row.update(rank=NAN, rank_basis="", tie_group=NAN, A_common=NAN, B_common=NAN)
         units.append(_Unit(arm_row, member_fits, members))
-    notes = _rank(points, units, margin, target_compute, fit_options)
+    notes = _rank(points, units, margin, target_compute, options)
     pooled_target = pooled_sd([u.seed_predictions(target_compute) for u in units
                                if len(u.members) > 1]) if target_compute else None
     sd, dof = pooled["A"]

@@ -1,12 +1,12 @@
 """The one entry point the CLI and `scalerl.sweep` share: read, fit, rank, plot, write.
 
-    board = analyze_sweep("multirun/2025-10-01/12-00-00", "multirun/.../analysis",
-                          n_boot=100, quiet=True)
+    board = analyze_sweep("outputs/sweeps/loss", "results/", FitOptions(n_boot=100), quiet=True)
 
 It never raises on a bad curve or a failed run: those become statuses on the leaderboard.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -14,12 +14,13 @@ import pandas as pd
 from analysis import io
 from analysis import plots as draw
 from analysis.extrapolation import extrapolation_check
-from analysis.fit import METHODS
+from analysis.fit import FitOptions
 from analysis.leaderboard import MARGIN, format_leaderboard, leaderboard
 from analysis.runs import axis_columns, curves, fit_runs
 
 LEADERBOARD_COLUMNS = ["run", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi", "C_mid",
                        "C_mid_lo", "C_mid_hi", "R0", "n_points", "last_compute"]
+FORECAST_OPTIONS = FitOptions(n_boot=0)    # extrapolate scores the point fit: skip the bootstrap
 AXIS_LABELS = {"compute": "training compute (FLOPs)", "device_hours": "device-hours",
                "tokens": "generated tokens"}
 
@@ -28,34 +29,26 @@ def _load(source, axis):
     return source.copy() if isinstance(source, pd.DataFrame) else io.read_points(source, axis=axis)
 
 
-def _fit_options(r0, min_compute, fit_until, method, n_boot, level, max_a_width, seed):
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return dict(r0=r0, min_compute=min_compute, fit_until=fit_until, method=method,
-                n_boot=n_boot, level=level, max_a_width=max_a_width, seed=seed)
-
-
-def analyze_sweep(path, out_dir, *, axis="compute", min_compute="auto", fit_until=None, r0=None,
-                  method="closed_form", n_boot=500, level=0.95, max_a_width=0.1, margin=MARGIN,
+def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="compute", margin=MARGIN,
                   target_compute=None, plots="all", wandb=False, wandb_project="scalerl-analysis",
-                  wandb_group=None, quiet=False, seed=0):
+                  wandb_group=None, quiet=False):
     """Fit every run of a sweep (directory, points CSV or points DataFrame); returns the leaderboard.
 
+    options: the fit settings (FitOptions); margin, target_compute: the ranking's.
     Writes out_dir/leaderboard.csv and, unless plots="none", out_dir/overview.png,
     out_dir/params.png and (plots="all") one out_dir/run-<run>.png per run.
     wandb=True also logs a summary W&B run (offline unless configured; see report.py).
     """
     out = Path(out_dir)
     points = _load(path, axis)
-    options = _fit_options(r0, min_compute, fit_until, method, n_boot, level, max_a_width, seed)
     if points.empty:
         board = pd.DataFrame(columns=LEADERBOARD_COLUMNS)
         io.write_csv(board, out / "leaderboard.csv")
         if not quiet:
             print(f"no runs found in {path}")
         return board
-    fits = fit_runs(points, **options)
-    board = leaderboard(points, fits, margin=margin, target_compute=target_compute, **options)
+    fits = fit_runs(points, options)
+    board = leaderboard(points, fits, options, margin=margin, target_compute=target_compute)
     io.write_csv(board, out / "leaderboard.csv")
     figures = []
     is_dir = not isinstance(path, pd.DataFrame) and Path(path).is_dir()
@@ -75,25 +68,25 @@ def analyze_sweep(path, out_dir, *, axis="compute", min_compute="auto", fit_unti
         print(f"\nwrote {out / 'leaderboard.csv'}" + (f" and {len(figures)} summary plots" if figures else ""))
     if wandb:
         from analysis.report import log_report
+        source = "dataframe" if isinstance(path, pd.DataFrame) else str(path)
         log_report(board, figures, out_dir=out, project=wandb_project, group=wandb_group or title,
-                   config={**options, "source": str(path) if not isinstance(path, pd.DataFrame) else "dataframe",
-                           "axis": axis, "margin": margin, "target_compute": target_compute},
+                   config={**asdict(options), "source": source, "axis": axis, "margin": margin,
+                           "target_compute": target_compute},
                    quiet=quiet)
     return board
 
 
-def analyze_extrapolation(path, out_dir, *, fraction=0.5, axis="compute", n_final=3, min_compute="auto",
-                          r0=None, method="closed_form", n_boot=0, level=0.95, max_a_width=0.1,
-                          plots="all", quiet=False, seed=0):
+def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS, *, fraction=0.5,
+                          axis="compute", n_final=3, plots="all", quiet=False):
     """Fit each run on its first `fraction` of compute, compare with its final evals.
 
+    options: the fit settings; the default skips the bootstrap (FORECAST_OPTIONS), and
+    options.fit_until must be None since `fraction` sets it per run.
     Writes out_dir/extrapolation.csv (and extrapolation.png); returns the ExtrapolationCheck.
     """
     out = Path(out_dir)
     points = _load(path, axis)
-    options = _fit_options(r0, min_compute, None, method, n_boot, level, max_a_width, seed)
-    options.pop("fit_until")
-    check = extrapolation_check(points, fraction, n_final=n_final, **options) if not points.empty else None
+    check = extrapolation_check(points, fraction, options, n_final=n_final) if not points.empty else None
     if check is None:
         io.write_csv(pd.DataFrame(columns=["run", "fraction", "pred_final", "obs_final", "abs_error"]),
                      out / "extrapolation.csv")

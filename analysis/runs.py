@@ -12,11 +12,12 @@ NaN compute so that it still shows on the leaderboard.
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from analysis.fit import FitResult, fit_sigmoid
+from analysis.fit import FitOptions, FitResult, fit_sigmoid
 
 REQUIRED = ("run", "compute", "reward")
 RESERVED = frozenset({
@@ -67,17 +68,17 @@ def run_table(points):
     return runs[["run", "arm", "seed", "run_status", "loss_clamp", "error"] + axes]
 
 
-def run_seed(run, seed=0):
+def run_seed(run, seed):
     """A per-run bootstrap seed that does not depend on the order runs are fitted in."""
     return (int(seed) + zlib.crc32(str(run).encode())) % (2**31)
 
 
-def fit_runs(points, *, r0=None, seed=0, **fit_options):
+def fit_runs(points, options: FitOptions = FitOptions()):
     """{run: FitResult} for every run in the table; failed runs get status run_failed.
 
-    r0 given here applies to every run; otherwise a per-run `r0` column, otherwise the
-    step-0 eval.  `fit_options` go to `fit_sigmoid` (min_compute, fit_until, method,
-    n_boot, ...).
+    options.r0, when given, applies to every run; otherwise a per-run `r0` column,
+    otherwise the step-0 eval.  Each run's bootstrap seed comes from options.seed and
+    its name (run_seed).
     """
     points = validate(points)
     meta = run_table(points).set_index("run")
@@ -88,12 +89,12 @@ def fit_runs(points, *, r0=None, seed=0, **fit_options):
             why = f"summary.json status failed: {error}" if isinstance(error, str) else "summary.json status failed"
             fits[run] = FitResult(status="run_failed", reasons=(why,))
             continue
-        run_r0 = r0
-        if run_r0 is None and "r0" in group.columns and group["r0"].notna().any():
-            run_r0 = float(group["r0"].dropna().iloc[0])
+        r0 = options.r0
+        if r0 is None and "r0" in group.columns and group["r0"].notna().any():
+            r0 = float(group["r0"].dropna().iloc[0])
         epoch = group["epoch"].to_numpy(float) if "epoch" in group.columns else None
         fits[run] = fit_sigmoid(group["compute"].to_numpy(float), group["reward"].to_numpy(float),
-                                r0=run_r0, epoch=epoch, seed=run_seed(run, seed), **fit_options)
+                                replace(options, r0=r0, seed=run_seed(run, options.seed)), epoch=epoch)
     return fits
 
 

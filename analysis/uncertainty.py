@@ -3,7 +3,7 @@
 The paper reports no interval at all; it states a margin of ±0.02 on A from three seeds
 that agreed within ±0.015 (paper §1, §4).  We give three complementary answers:
 
-* bootstrap: eval noise only.  Residual bootstrap by default: refit on
+* bootstrap: eval noise only.  Residual bootstrap by default (FitOptions.boot): refit on
   fitted + resampled residuals, and, when R0 is itself a measured eval (step 0), shift
   R0 by one resampled residual too, since it carries the same noise.  `kind="pairs"`
   resamples (compute, reward) points instead.  All replicates are refitted together by
@@ -25,7 +25,7 @@ from analysis.solver import B_GRID, grid_search, lm_batch, log_cmid_grid, shape
 N_PARAMS = 3   # A, B, C_mid; R0 is fixed, not fitted (paper §1)
 
 
-def percentile_interval(samples, level=0.95):
+def percentile_interval(samples, level):
     """(lo, hi) percentile interval of finite samples; (nan, nan) when there are none."""
     x = np.asarray(samples, dtype=float)
     x = x[np.isfinite(x)]
@@ -35,7 +35,7 @@ def percentile_interval(samples, level=0.95):
     return float(lo), float(hi)
 
 
-def bootstrap(lx, y, r0, theta, *, n_boot, rng, kind="residual", perturb_r0=True,
+def bootstrap(lx, y, r0, theta, *, n_boot, rng, kind, perturb_r0=True,
               a_max=1.0, a_fixed=None):
     """Refit `n_boot` resampled curves; returns (n_boot, 4) rows of (A, log B, log C_mid, R0).
 
@@ -86,7 +86,7 @@ def _crossing(path, sse, threshold):
     return float(path[-1]), None
 
 
-def profile_a(lx, y, r0, a_hat, sse_hat, *, level=0.95, a_max=1.0, n_grid=81, n_refine=17):
+def profile_a(lx, y, r0, a_hat, sse_hat, *, level, a_max=1.0, n_grid=81, n_refine=17):
     """Profile-likelihood interval (lo, hi) for A; an end that never crosses is the bound.
 
     Coarse grid over [R0, a_max], then a fine grid inside the bracket of each crossing.
@@ -129,13 +129,13 @@ def pooled_sd(groups):
     return float(np.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)), int(dof)
 
 
-def seed_interval(values, level=0.95, pooled=None):
+def seed_interval(values, level, pooled=None):
     """(mean, sd, lo, hi): t-interval on the mean of per-seed estimates.
 
     sd is these seeds' own spread.  The interval uses `pooled` = (sd, dof) from
     `pooled_sd` when given, else the seeds' own sd with k - 1 dof; with one seed and no
     pooled spread, lo and hi are nan.
-    >>> [round(v, 4) for v in seed_interval([0.60, 0.61, 0.62])]   # t(0.975, 2) = 4.303
+    >>> [round(v, 4) for v in seed_interval([0.60, 0.61, 0.62], 0.95)]   # t(0.975, 2) = 4.303
     [0.61, 0.01, 0.5852, 0.6348]
     """
     x = np.asarray(values, dtype=float)

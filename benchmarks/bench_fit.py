@@ -18,6 +18,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +26,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout
 
 from analysis.extrapolation import extrapolation_check  # noqa: E402
-from analysis.fit import fit_sigmoid  # noqa: E402
+from analysis.fit import FitOptions, fit_sigmoid  # noqa: E402
 from analysis.synthetic import synthetic_sweep  # noqa: E402
 
 
-def timed_fits(runs, **options):
+def timed_fits(runs, options):
     start = time.perf_counter()
-    fits = {name: fit_sigmoid(g["compute"].to_numpy(), g["reward"].to_numpy(), **options)
+    fits = {name: fit_sigmoid(g["compute"].to_numpy(), g["reward"].to_numpy(), options)
             for name, g in runs}
     return fits, time.perf_counter() - start
 
@@ -53,9 +54,10 @@ def main(argv=None):
           f" {os.cpu_count()} CPUs, numpy {np.__version__}")
 
     # ------------------------------------------------------------ 1. point fit speed
-    fast, t_fast = timed_fits(runs, n_boot=0, profile=False)
+    point = FitOptions(n_boot=0, profile=False)
+    fast, t_fast = timed_fits(runs, point)
     n_grid = args.paper_grid_runs or len(runs)
-    grid, t_grid = timed_fits(runs[:n_grid], n_boot=0, profile=False, method="paper_grid")
+    grid, t_grid = timed_fits(runs[:n_grid], replace(point, method="paper_grid"))
     per_fast, per_grid = t_fast / len(runs), t_grid / n_grid
     print("\n## 1. point fit (no bootstrap, no profile)")
     print(f"closed_form: {t_fast:7.2f} s for {len(runs)} runs ({1e3 * per_fast:.1f} ms/run)")
@@ -74,7 +76,7 @@ def main(argv=None):
           f" ratio {err_grid.mean() / err_fast.mean():.2f}x")
 
     # ------------------------------------------------------------ 2. bootstrap
-    full, t_full = timed_fits(runs, n_boot=args.n_boot, profile=True)
+    full, t_full = timed_fits(runs, FitOptions(n_boot=args.n_boot, profile=True))
     covered = np.mean([full[r].A_lo <= truth[r] <= full[r].A_hi for r in full])
     statuses = {s: sum(f.status == s for f in full.values()) for s in {f.status for f in full.values()}}
     print(f"\n## 2. full fit: {args.n_boot}-sample residual bootstrap + profile likelihood of A")
@@ -84,13 +86,13 @@ def main(argv=None):
 
     # ------------------------------------------------------------ 3. extrapolation
     start = time.perf_counter()
-    check = extrapolation_check(points, 0.5, n_boot=0, profile=False)
+    check = extrapolation_check(points, 0.5, point)
     t_ext = time.perf_counter() - start
     print(f"\n## 3. extrapolation, fit on the first 50% of compute ({t_ext:.1f} s)")
     print(check.report())
     print("(target: >= 90% within 0.02)")
     short = synthetic_sweep(args.runs, args.points, seed=args.seed + 1, end=(1.5, 3.0))
-    hard = extrapolation_check(short, 0.5, n_boot=0, profile=False)
+    hard = extrapolation_check(short, 0.5, point)
     print("\nharder set, not a target: runs end at 1.5-3 C_mid, so the fit window ends at 0.75-1.5 C_mid")
     print(hard.report())
 

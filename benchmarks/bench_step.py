@@ -13,25 +13,17 @@ interleaving A-B-A so drift on a noisy machine hits both sides.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-
-from helpers import compose  # noqa: E402
-
-from scalerl.config import validate  # noqa: E402
-from scalerl.models import MODELS  # noqa: E402
-from scalerl.tasks import TASKS  # noqa: E402
-from scalerl.train.loop import train  # noqa: E402
-from scalerl.train.records import MetricsFile  # noqa: E402
+from scalerl.config import compose, validate
+from scalerl.core.jsonio import JsonlFile
+from scalerl.train.loop import train
+from scalerl.train.setup import prepare_checkpoint
 
 OVERRIDES = ["logger=none", "loss=cispo", "aggregation=token", "adv_norm=prompt", "filter=none", "length=truncate",
              "precision=fp32", "batch.prompts=16", "batch.generations=16", "batch.minibatches=1", "train.eval_every=1000"]
@@ -41,7 +33,7 @@ def scalerl_step_times(steps: int, threads: int) -> list[float]:
     cfg = validate(compose([*OVERRIDES, f"train.steps={steps}", f"train.threads={threads}"]))
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d), run_name="bench", group="bench", config_dict={})
-        return [r["step_time_s"] for r in MetricsFile(Path(d) / "steps.jsonl").rows()][1:]
+        return [r["step_time_s"] for r in JsonlFile(Path(d) / "steps.jsonl").rows()][1:]
 
 
 def trl_step_times(steps: int, threads: int, model_path: Path, task) -> list[float]:
@@ -86,9 +78,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    cfg = validate(compose(OVERRIDES))
-    task = TASKS[cfg.task.name].fn(cfg.task)
-    model_path = MODELS["tiny"].fn(cfg.model, cfg.task, task, Path(os.path.expanduser(cfg.cache_dir)))
+    task, model_path = prepare_checkpoint(validate(compose(OVERRIDES)))  # the warm-started tiny model
     ours = scalerl_step_times(a.steps, a.threads)
     theirs = trl_step_times(a.steps, a.threads, model_path, task)
     ours += scalerl_step_times(a.steps, a.threads)

@@ -8,7 +8,7 @@ process run: (a) as one `sbatch --wrap` per arm, each running
 until all are gone; (b) as `python -m scalerl.sweep -m seed=range(0,24) ...
 hydra/launcher=slurm` (composition, validation, skip checks, one job array,
 waiting, the leaderboard). Overhead per arm = (b - a) / arms. Target < 2 s.
-Needs the local cluster: `python -m scalerl.cluster start` (as root).
+Needs the local cluster: `python -m scalerl.devtools.local_slurm start` (as root).
 """
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arms", type=int, default=24)
     a = ap.parse_args()
-    from scalerl.cluster import local_slurm
+    from scalerl.devtools.local_slurm import cluster
 
-    layout = local_slurm.start()
+    layout = cluster.start()
     env = {**os.environ, "SCALERL_NO_BAR": "1", "WANDB_MODE": "offline"}
     with tempfile.TemporaryDirectory() as d:
         out = Path(d)

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from helpers import compose
+from scalerl.config import compose
 
 
 @pytest.fixture(scope="session", autouse=True)

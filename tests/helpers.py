@@ -19,18 +19,6 @@ def run_cli(args: list[str], out_root: Path, timeout: int = 600, extra_env: dict
     return proc
 
 
-def compose(overrides: list[str] | None = None):
-    """Compose the run config exactly as the CLI does (no launching)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from scalerl.config.store import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides or []))
-
-
 def popen_cli(args: list[str], out_root: Path, log: Path):
     """Start ``python -m scalerl.sweep ARGS`` in the background (for kill/resume tests)."""
     env = {**os.environ, "SCALERL_OUTPUT": str(out_root), "SCALERL_NO_BAR": "1"}

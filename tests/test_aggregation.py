@@ -48,7 +48,7 @@ def test_dropped_groups_do_not_count():
     mask = MASK.clone()
     mask[2:] = False  # prompt 1 dropped by the filter
     for name, expected, units in (("prompt", 3.0, 2 - 1), ("sample", 4.0, 2), ("token", 12 / 4, 4)):
-        loss, u = AGGREGATIONS[name].fn(LOSS, mask, 2)
+        loss, u = AGGREGATIONS[name].fn(LOSS, mask, 2, cfg=None)
         assert torch.isclose(loss, torch.tensor(expected)), name
         assert u == units, name
 

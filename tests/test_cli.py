@@ -6,7 +6,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from helpers import popen_cli, read_rows, run_cli, wait_for
 
 pytestmark = pytest.mark.slow

@@ -1,44 +1,79 @@
 """Config tests: registries == YAML files, every option composes and validates,
-every study expands, and bad values fail before launch naming the key."""
+an option's settings exist on that option alone, every study expands, and bad
+values fail before launch naming the key."""
+import dataclasses
 
 import pytest
-from hydra.errors import ConfigCompositionException
+from helpers import REPO, run_cli
 from omegaconf import OmegaConf
 
-from helpers import REPO, compose, run_cli
-from scalerl.config import ConfigError, validate
+from scalerl.config import ConfigError, as_config_error, compose, validate
 from scalerl.config.derive import derive
-from scalerl.config.registry import axis_registries
+from scalerl.config.groups import OPTION_GROUPS, PRESET_GROUPS
 from scalerl.launch.studies import load_study
+from scalerl.registry import AXES
 
-DATA_ONLY_GROUPS = ("batch", "recipe")  # presets of values, no code behind them
+EXTRA = {("model", "hf"): ["model.path=/tmp/some/checkpoint"]}  # options with a required value
 
 
 def yaml_options(group: str) -> set[str]:
     return {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}
 
 
-@pytest.mark.parametrize("axis", sorted(axis_registries()))
-def test_registry_keys_equal_yaml_names(axis):
-    assert set(axis_registries()[axis]) == yaml_options(axis)
+@pytest.mark.parametrize("group", sorted(OPTION_GROUPS))
+def test_registry_keys_equal_yaml_names(group):
+    assert set(OPTION_GROUPS[group]) == yaml_options(group)
 
 
 def all_group_options():
-    for group in [*sorted(axis_registries()), *DATA_ONLY_GROUPS]:
+    for group in [*sorted(OPTION_GROUPS), *PRESET_GROUPS]:
         for option in sorted(yaml_options(group)):
             yield group, option
 
 
 @pytest.mark.parametrize("group,option", list(all_group_options()))
 def test_every_option_composes_and_validates(group, option):
-    overrides = [f"{group}={option}"] + (["model.path=/tmp/some/checkpoint"] if (group, option) == ("model", "hf") else [])
-    cfg = validate(compose(overrides))
+    cfg = validate(compose([f"{group}={option}", *EXTRA.get((group, option), [])]))
     node = getattr(cfg, group, None)
     if group == "recipe":
         assert cfg.recipe == option
     else:
         assert node.name == option
+    if group in OPTION_GROUPS:  # the node is the option's own schema, named by its registry key
+        assert type(node) is OPTION_GROUPS[group][option].schema
     derive(cfg)
+
+
+def foreign_settings():
+    """(group, option, key) for every setting another option of the group has and this one lacks."""
+    for group, options in OPTION_GROUPS.items():
+        fields = {name: {f.name for f in dataclasses.fields(o.schema)} for name, o in options.items()}
+        for name in options:
+            for key in sorted(set().union(*fields.values()) - fields[name]):
+                yield group, name, key
+
+
+@pytest.mark.parametrize("group,option,key", list(foreign_settings()))
+def test_a_setting_of_another_option_fails_at_compose_naming_the_key(group, option, key):
+    # e.g. `filter=none filter.npr_threshold=0.5` must not train with NPR while labelled `none`.
+    with pytest.raises(Exception) as e:
+        compose([f"{group}={option}", f"{group}.{key}=1", *EXTRA.get((group, option), [])])
+    err = as_config_error(e.value)
+    assert err.key == f"{group}.{key}" and f"{group}={option}" in str(err)
+
+
+def test_filter_none_rejects_npr_threshold():
+    with pytest.raises(Exception) as e:
+        compose(["filter=none", "filter.npr_threshold=0.5"])
+    assert str(as_config_error(e.value)).startswith("filter.npr_threshold: `npr_threshold` is not a setting of filter=none")
+
+
+@pytest.mark.parametrize("group", sorted(OPTION_GROUPS))
+def test_an_option_name_cannot_be_overridden(group):
+    other = sorted(OPTION_GROUPS[group])[0]
+    with pytest.raises(Exception) as e:
+        compose([f"{group}.name={other}"])
+    assert as_config_error(e.value).key == f"{group}.name"
 
 
 def test_default_is_the_scalerl_recipe():
@@ -76,8 +111,10 @@ def test_negative_dapo_eps_names_the_key():
 
 
 def test_unknown_option_fails_at_compose():
-    with pytest.raises(ConfigCompositionException, match="loss"):
+    with pytest.raises(Exception) as e:
         compose(["loss=foo"])
+    err = as_config_error(e.value)
+    assert err.key == "loss" and "cispo" in str(err) and "'foo'" in str(err)
 
 
 EXPECTED_ARMS = {"loss": 4, "loo": 8, "recipes": 5, "batch": 5, "length": 3, "precision": 5, "filter": 4, "seeds": 3}
@@ -99,7 +136,7 @@ def test_every_study_expands_and_validates(study):
 def test_loo_reverts_exactly_one_axis():
     _, arms = load_study(["loo"])
     base = validate(compose([]))
-    axes = ("loss", "precision", "aggregation", "adv_norm", "filter", "length")
+    axes = list(AXES)
     for arm in arms[1:]:
         cfg = validate(compose(arm))
         changed = [a for a in axes if getattr(cfg, a).name != getattr(base, a).name]
@@ -115,6 +152,15 @@ def test_dry_run_of_a_study_validates_every_arm(tmp_path):
     proc = run_cli(["-m", "sweep=loo", "--dry-run"], tmp_path)
     assert proc.stdout.count("pending") == 8 and "launching" not in proc.stdout
     assert not any(tmp_path.rglob("metrics.jsonl"))
+
+
+def test_dry_run_rejects_a_world_size_that_does_not_divide_the_batch(tmp_path):
+    # 16 prompts over 3 SLURM tasks: caught for every arm before anything is submitted.
+    proc = run_cli(["-m", "loss=cispo,dapo", "hydra/launcher=slurm", "hydra.launcher.tasks_per_node=3", "--dry-run"],
+                   tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "batch.prompts" in proc.stderr and "ranks (3)" in proc.stderr and "nothing was launched" in proc.stderr
+    assert not any(tmp_path.rglob("launch.json"))
 
 
 def test_bad_value_in_a_sweep_fails_before_launch(tmp_path):

@@ -3,27 +3,28 @@ import torch
 
 from scalerl.filters import FILTERS
 from scalerl.filters.zero_variance import nonzero_variance
-from scalerl.filters.zero_variance_npr import retire_mask
 from scalerl.train.sampler import PromptSampler
 
 
 def test_zero_variance_mask():
     r = torch.tensor([[0.0, 0, 0, 0], [1.0, 0, 1, 1], [1.0, 1, 1, 1], [0.5, 0.5, 0.5, 0.25]])
     assert nonzero_variance(r).tolist() == [False, True, False, True]
-    assert FILTERS["none"].fn(r).tolist() == [True] * 4
+    assert FILTERS["none"].fn(r, cfg=None).tolist() == [True] * 4
     for name in ("zero_variance", "zero_variance_npr", "dapo_dynamic"):
-        assert FILTERS[name].fn(r).tolist() == [False, True, False, True]
+        assert FILTERS[name].fn(r, cfg=None).tolist() == [False, True, False, True]
 
 
 def test_npr_retires_at_exactly_threshold():
-    rates = torch.tensor([0.9, 0.875, 1.0, 0.8999])
-    assert retire_mask(rates, 0.9).tolist() == [True, False, True, False]
-    # 16 samples: 15/16 = 0.9375 retires, 14/16 = 0.875 does not; 0.9 itself (9/10) retires.
-    assert retire_mask(torch.tensor([15 / 16, 14 / 16, 9 / 10]), 0.9).tolist() == [True, False, True]
+    s = PromptSampler(n=8, seed=0, retire_at=0.9)
+    assert s.record([0, 1, 2, 3], torch.tensor([0.9, 0.875, 1.0, 0.8999], dtype=torch.float64)) == 2
+    assert s.retired == {0, 2}
+    # 16 samples: 15/16 = 0.9375 retires, 14/16 = 0.875 does not; 9/10 retires.
+    assert s.record([4, 5, 6], torch.tensor([15 / 16, 14 / 16, 9 / 10], dtype=torch.float64)) == 2
+    assert s.retired == {0, 2, 4, 6}
 
 
 def test_sampler_retires_from_the_next_epoch_only():
-    s = PromptSampler(n=4, seed=0, npr_threshold=0.9)
+    s = PromptSampler(n=4, seed=0, retire_at=0.9)
     first = s.next(2)
     assert s.record(first, torch.tensor([1.0, 0.5])) == 1
     rest = s.next(2)  # same epoch: the retired prompt is not removed mid-epoch
@@ -34,15 +35,15 @@ def test_sampler_retires_from_the_next_epoch_only():
 
 
 def test_sampler_without_npr_never_retires():
-    s = PromptSampler(n=3, seed=1, npr_threshold=None)
+    s = PromptSampler(n=3, seed=1, retire_at=None)
     assert s.record(s.next(3), torch.tensor([1.0, 1.0, 1.0])) == 0
     assert sorted(s.next(3)) == [0, 1, 2]
 
 
 def test_sampler_state_round_trip_continues_identically():
-    a = PromptSampler(n=10, seed=3, npr_threshold=0.9)
+    a = PromptSampler(n=10, seed=3, retire_at=0.9)
     a.record(a.next(7), torch.tensor([1.0, 0, 0, 0, 0, 0, 0.95]))
-    b = PromptSampler(n=10, seed=3, npr_threshold=0.9)
+    b = PromptSampler(n=10, seed=3, retire_at=0.9)
     b.load_state_dict(a.state_dict())
     assert [a.next(4) for _ in range(5)] == [b.next(4) for _ in range(5)]
     assert a.retired == b.retired and len(a.retired) == 2

@@ -62,15 +62,15 @@ def test_no_interrupt_means_plain_budget():
 def test_interrupt_plan_samples_inside_bounds():
     cfg = InterruptConfig(max_new_tokens=100, lo=0.8, hi=0.9, answer_budget=10)
     assert cfg.bounds() == (80, 90)
-    plan = interrupt_plan(cfg, 5000, torch.Generator().manual_seed(0))
+    plan = interrupt_plan(5000, torch.Generator().manual_seed(0), cfg=cfg)
     assert int(plan.interrupt_at.min()) == 80 and int(plan.interrupt_at.max()) == 90
     assert plan.phrase.endswith("</think>") and plan.answer_budget == 10
-    assert LENGTHS["truncate"].fn(None, 3, None).interrupt_at is None
+    assert LENGTHS["truncate"].fn(3, None, cfg=None).interrupt_at is None
 
 
 def test_overlong_penalty_breakpoints():
     # L_max 14, L_cache 2: zero up to 12, linear to -1 at 14, clipped at -1 beyond.
     lengths = torch.tensor([0, 12, 13, 14, 20])
     assert overlong_penalty(lengths, l_max=14, l_cache=2).tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]
-    plan = LENGTHS["penalty"].fn(PenaltyConfig(max_new_tokens=8, l_cache=4), 2, None)
+    plan = LENGTHS["penalty"].fn(2, None, cfg=PenaltyConfig(max_new_tokens=8, l_cache=4))
     assert plan.penalty(torch.tensor([4, 6])).tolist() == [0.0, -0.5]

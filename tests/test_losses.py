@@ -19,7 +19,7 @@ def test_cispo_value_and_stop_gradient():
     logp = _leaf([[math.log(0.5), math.log(0.8)]])
     behav = torch.tensor([[math.log(0.25), math.log(0.1)]], dtype=torch.float64)
     mask = torch.ones(1, 2, dtype=torch.bool)
-    loss, m = cispo_loss(logp, behav, torch.tensor([1.0], dtype=torch.float64), mask, CispoConfig(eps_max=4.0))
+    loss, m = cispo_loss(logp, behav, torch.tensor([1.0], dtype=torch.float64), mask, cfg=CispoConfig(eps_max=4.0))
     # loss_t = -min(ratio, 4) * A * logp
     expected = [-2.0 * math.log(0.5), -4.0 * math.log(0.8)]
     assert torch.allclose(loss, torch.tensor([expected], dtype=torch.float64))
@@ -35,8 +35,8 @@ def test_cispo_lower_clip_optional():
     behav = torch.tensor([[math.log(0.5)]], dtype=torch.float64)  # ratio 0.2
     mask = torch.ones(1, 1, dtype=torch.bool)
     adv = torch.tensor([-1.0], dtype=torch.float64)
-    no_floor, m0 = cispo_loss(logp, behav, adv, mask, CispoConfig(eps_max=4.0))
-    floored, m1 = cispo_loss(logp, behav, adv, mask, CispoConfig(eps_max=4.0, eps_min=0.5))
+    no_floor, m0 = cispo_loss(logp, behav, adv, mask, cfg=CispoConfig(eps_max=4.0))
+    floored, m1 = cispo_loss(logp, behav, adv, mask, cfg=CispoConfig(eps_max=4.0, eps_min=0.5))
     assert math.isclose(no_floor.item(), 0.2 * math.log(0.1))  # -0.2 * (-1) * logp
     assert math.isclose(floored.item(), 0.5 * math.log(0.1))
     assert m0["clip_frac"].item() == 0.0 and m1["clip_frac"].item() == 1.0
@@ -47,7 +47,7 @@ def test_dapo_clips_both_sides():
     behav = torch.zeros(3, 1, dtype=torch.float64)
     logp = _leaf([[math.log(1.5)], [math.log(0.5)], [math.log(1.1)]])
     adv = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)
-    loss, m = dapo_loss(logp, behav, adv, torch.ones(3, 1, dtype=torch.bool), DapoConfig(eps_low=0.2, eps_high=0.28))
+    loss, m = dapo_loss(logp, behav, adv, torch.ones(3, 1, dtype=torch.bool), cfg=DapoConfig(eps_low=0.2, eps_high=0.28))
     assert torch.allclose(loss.flatten(), torch.tensor([-1.28, 0.8, -1.1], dtype=torch.float64))
     loss.sum().backward()
     # Clipped tokens get no gradient; the inside token gets -A * ratio.
@@ -59,7 +59,7 @@ def test_dapo_unclipped_side_keeps_gradient():
     # ratio 1.5 with A<0: min(-1.5, -1.28) = -1.5 -> the unclipped branch, gradient flows.
     logp = _leaf([[math.log(1.5)]])
     loss, m = dapo_loss(logp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([-1.0], dtype=torch.float64),
-                        torch.ones(1, 1, dtype=torch.bool), DapoConfig())
+                        torch.ones(1, 1, dtype=torch.bool), cfg=DapoConfig())
     assert math.isclose(loss.item(), 1.5)
     loss.sum().backward()
     assert math.isclose(logp.grad.item(), 1.5)
@@ -69,7 +69,8 @@ def test_dapo_unclipped_side_keeps_gradient():
 def test_grpo_is_symmetric_clip():
     logp = _leaf([[math.log(1.25)], [math.log(0.75)]])
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    loss, _ = grpo_loss(logp, torch.zeros(2, 1, dtype=torch.float64), adv, torch.ones(2, 1, dtype=torch.bool), GrpoConfig(eps=0.2))
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    loss, _ = grpo_loss(logp, torch.zeros(2, 1, dtype=torch.float64), adv, mask, cfg=GrpoConfig(eps=0.2))
     assert torch.allclose(loss.flatten(), torch.tensor([-1.2, 0.8], dtype=torch.float64))
 
 
@@ -79,7 +80,7 @@ def test_gspo_sequence_ratio_value_and_gradient():
     behav = torch.tensor([[-1.0, -2.0, 0.0]], dtype=torch.float64)
     mask = torch.tensor([[True, True, False]])  # the third token is padding
     cfg = GspoConfig(eps_low=3e-3, eps_high=4e-3)
-    loss, m = gspo_loss(logp, behav, torch.tensor([-1.0], dtype=torch.float64), mask, cfg)
+    loss, m = gspo_loss(logp, behav, torch.tensor([-1.0], dtype=torch.float64), mask, cfg=cfg)
     s = math.exp(-0.1)
     # A<0: min(s*A, clip(s, .997, 1.004)*A) = min(-0.9048, -0.997) = -0.997 -> clipped, value 0.997 per token
     assert torch.allclose(loss[0, :2], torch.tensor([0.997, 0.997], dtype=torch.float64))
@@ -87,7 +88,7 @@ def test_gspo_sequence_ratio_value_and_gradient():
     assert math.isclose(m["seq_ratio_mean"].item(), s, rel_tol=1e-12)
     # A>0: unclipped branch s*A, every token sees the *sequence* ratio; gradient per token = -s*A.
     logp2 = _leaf([[0.1 - 1.0, -0.3 - 2.0, 0.0]])
-    loss2, m2 = gspo_loss(logp2, behav, torch.tensor([1.0], dtype=torch.float64), mask, cfg)
+    loss2, m2 = gspo_loss(logp2, behav, torch.tensor([1.0], dtype=torch.float64), mask, cfg=cfg)
     assert torch.allclose(loss2[0, :2], torch.tensor([-s, -s], dtype=torch.float64))
     (loss2 * mask).sum().backward()
     assert torch.allclose(logp2.grad, torch.tensor([[-s, -s, 0.0]], dtype=torch.float64))

@@ -6,9 +6,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scalerl.generation import SamplingParams, TorchGenerator
 from scalerl.models.load import load_checkpoint
-from scalerl.models.policy import Policy, linear_head, token_entropy, token_logprobs
+from scalerl.models.policy import Policy, token_entropy, token_logprobs
 from scalerl.models.tiny import build_tiny_checkpoint
 from scalerl.models.tokenizer import build_char_tokenizer
+from scalerl.precision.base import linear_head
 from scalerl.tasks.rewards import answer_part
 
 

@@ -2,8 +2,8 @@
 and the trainer's full-sequence log-probs match the sampler's KV-cache ones."""
 import torch
 
-from scalerl.models.policy import linear_head
 from scalerl.precision import PRECISIONS
+from scalerl.precision.base import linear_head
 from scalerl.precision.bf16 import Bf16Config
 from scalerl.precision.fp32_head import Fp32HeadConfig
 
@@ -23,10 +23,10 @@ def test_fp32_head_is_closer_to_fp64_than_bf16():
 
 
 def test_option_heads():
-    fp = PRECISIONS["fp32_head"].fn(Fp32HeadConfig(), torch.bfloat16)
+    fp = PRECISIONS["fp32_head"].fn(torch.bfloat16, cfg=Fp32HeadConfig())
     h, w = torch.randn(2, 3, 8, dtype=torch.bfloat16), torch.randn(5, 8, dtype=torch.bfloat16)
     assert fp.gen(h, w).dtype == torch.float32 and fp.train(h, w).dtype == torch.float32 and fp.body_dtype is None
-    one_side = PRECISIONS["fp32_head"].fn(Fp32HeadConfig(generator=False), torch.bfloat16)
+    one_side = PRECISIONS["fp32_head"].fn(torch.bfloat16, cfg=Fp32HeadConfig(generator=False))
     assert one_side.gen(h, w).dtype == torch.bfloat16 and one_side.train(h, w).dtype == torch.float32
-    assert PRECISIONS["bf16"].fn(Bf16Config(), torch.float32).train(h.float(), w.float()).dtype == torch.bfloat16
-    assert PRECISIONS["fp32"].fn(None, torch.bfloat16).body_dtype == torch.float32
+    assert PRECISIONS["bf16"].fn(torch.float32, cfg=Bf16Config()).train(h.float(), w.float()).dtype == torch.bfloat16
+    assert PRECISIONS["fp32"].fn(torch.bfloat16, cfg=None).body_dtype == torch.float32

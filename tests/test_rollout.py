@@ -13,8 +13,7 @@ def _ro(index, width, fill, prompt_width):
                      version=torch.zeros(n, width, dtype=torch.long))
     p = len(index)
     return Rollout(list(index), torch.full((p, prompt_width), fill), torch.ones(p, prompt_width, dtype=torch.long), gen,
-                   torch.full((p, 2), float(fill)), torch.full((p, 2), float(fill)), 10 * fill,
-                   [f"t{fill}"] * n)
+                   torch.full((p, 2), float(fill)), torch.full((p, 2), float(fill)), 10 * fill)
 
 
 def test_replace_groups_swaps_rows_and_pads_both_sides():
@@ -27,5 +26,5 @@ def test_replace_groups_swaps_rows_and_pads_both_sides():
     assert ro.gen.present[0].tolist() == [True] * 3 + [False] * 2  # right padding is absent
     assert ro.prompt_mask[0].tolist() == [0, 0, 1, 1, 1, 1] and ro.prompt_ids[1].tolist() == [2] * 6  # left padding
     assert ro.correct[:, 0].tolist() == [1.0, 2.0, 1.0]
-    assert ro.texts == ["t1", "t1", "t2", "t2", "t1", "t1"]
+    assert ro.gen.logprobs[:, 0].tolist() == [-1.0, -1.0, -2.0, -2.0, -1.0, -1.0]
     assert ro.gen_tokens == 30

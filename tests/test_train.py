@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from scalerl.core.jsonio import JsonlFile
 from scalerl.losses import LOSSES
 from scalerl.train.checkpoint import list_checkpoints, load_latest
 from scalerl.train.loop import train
-from scalerl.train.records import MetricsFile
 
 CURVE = Path(__file__).parent / "data" / "curve_20steps.json"
 SHORT = ["train.steps=20", "train.eval_every=5"]
@@ -22,7 +22,7 @@ def run(cfg, run_dir):
 
 def curve(run_dir):
     return [{k: r[k] for k in ("step", "pass_rate", "compute", "tokens", "train_reward") if k in r}
-            for r in MetricsFile(run_dir / "metrics.jsonl").rows()]
+            for r in JsonlFile(run_dir / "metrics.jsonl").rows()]
 
 
 @pytest.mark.slow
@@ -51,9 +51,9 @@ def test_nan_loss_skips_the_step_and_never_reaches_a_checkpoint(tiny_cfg, tmp_pa
     real = LOSSES["cispo"]
     calls = {"n": 0}
 
-    def sometimes_nan(logp, behav, adv, mask, cfg):
+    def sometimes_nan(logp, behav, adv, mask, *, cfg):
         calls["n"] += 1
-        loss, m = real.fn(logp, behav, adv, mask, cfg)
+        loss, m = real.fn(logp, behav, adv, mask, cfg=cfg)
         if calls["n"] in (3, 4, 5):  # minibatches of steps 2 and 3
             loss = loss * float("nan")
         return loss, m
@@ -61,7 +61,7 @@ def test_nan_loss_skips_the_step_and_never_reaches_a_checkpoint(tiny_cfg, tmp_pa
     monkeypatch.setitem(LOSSES, "cispo", type(real)(real.schema, sometimes_nan))
     out = run(tiny_cfg("train.steps=6", "train.eval_every=3"), tmp_path / "r")
     assert out["status"] == "done" and out["nan_skips"] == 2
-    steps = MetricsFile(tmp_path / "r" / "steps.jsonl").rows()
+    steps = JsonlFile(tmp_path / "r" / "steps.jsonl").rows()
     assert [s["nonfinite"] for s in steps] == [0, 2, 1, 0, 0, 0]  # minibatch losses 3-5 = step 2 (both), step 3 (first)
     ck = load_latest(tmp_path / "r")
     assert all(torch.isfinite(v).all() for v in ck["model"].values())
@@ -70,7 +70,7 @@ def test_nan_loss_skips_the_step_and_never_reaches_a_checkpoint(tiny_cfg, tmp_pa
 @pytest.mark.slow
 def test_persistent_nan_aborts_with_clean_checkpoint(tiny_cfg, tmp_path, monkeypatch):
     real = LOSSES["cispo"]
-    monkeypatch.setitem(LOSSES, "cispo", type(real)(real.schema, lambda *a: (real.fn(*a)[0] * float("inf"), {})))
+    monkeypatch.setitem(LOSSES, "cispo", type(real)(real.schema, lambda *a, cfg: (real.fn(*a, cfg=cfg)[0] * float("inf"), {})))
     with pytest.raises(FloatingPointError, match="train.max_nan_skips"):
         run(tiny_cfg("train.steps=20", "train.max_nan_skips=3"), tmp_path / "r")
     assert [p.name for p in list_checkpoints(tmp_path / "r")] == ["step_00000000.pt"]
@@ -79,7 +79,7 @@ def test_persistent_nan_aborts_with_clean_checkpoint(tiny_cfg, tmp_path, monkeyp
 @pytest.mark.slow
 def test_dapo_dynamic_refills_groups(tiny_cfg, tmp_path):
     out = run(tiny_cfg("filter=dapo_dynamic", "train.steps=3", "train.eval_every=3"), tmp_path / "r")
-    steps = MetricsFile(tmp_path / "r" / "steps.jsonl").rows()
+    steps = JsonlFile(tmp_path / "r" / "steps.jsonl").rows()
     assert out["status"] == "done"
     # Refilling replaces most zero-variance groups (20% of prompts are unlearnable products).
     assert sum(s["effective_batch"] for s in steps) / 3 >= 14
@@ -93,7 +93,7 @@ def test_one_sided_fp32_head_shows_generator_trainer_mismatch(tiny_cfg, tmp_path
     mism = {}
     for name, extra in (("both", []), ("one_side", ["precision.trainer=false"])):
         run(tiny_cfg("precision=fp32_head", *extra, "train.steps=2", "train.eval_every=2"), tmp_path / name)
-        rows = MetricsFile(tmp_path / name / "steps.jsonl").rows()
+        rows = JsonlFile(tmp_path / name / "steps.jsonl").rows()
         mism[name] = (sum(s["logp_mismatch"] for s in rows) / 2, sum(s["ratio_dev"] for s in rows) / 2)
     assert mism["both"][0] < 1e-5 and mism["both"][1] < 1e-5
     assert mism["one_side"][0] > 1e-3 and mism["one_side"][1] > 1e-3

@@ -1,10 +1,8 @@
 """scalerl's Hydra plugins (Hydra discovers plugins only under ``hydra_plugins``).
 
-Thin classes; the logic lives in ``scalerl.launch``. Importing this package
-registers scalerl's schemas and the ``${scalerl_run_name:}`` resolver, which
-every process that composes a scalerl config (sweeper, launcher children,
-SLURM jobs) needs.
+Hydra's plugin scanner imports every module here in *every* Hydra app on the
+machine, so importing this package does nothing: it registers no config and
+loads neither torch nor scalerl's trainer. scalerl's schemas are registered
+by its entry point (``scalerl.sweep``) and by each launched job. The classes
+are thin; the logic lives in ``scalerl.launch``.
 """
-from scalerl.config.store import register_configs
-
-register_configs()

@@ -24,6 +24,7 @@ class LocalParallelLauncher(Launcher):
         self.task_function = task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        # Imported here: Hydra imports this module in every Hydra app on the machine.
         from scalerl.launch.local_pool import run_parallel
 
         return run_parallel(self, job_overrides, initial_job_idx)

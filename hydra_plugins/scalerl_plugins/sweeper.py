@@ -8,10 +8,14 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+ACTIONS = ("run", "status", "dry-run")
+
 
 class ScalerlSweeper(Sweeper):
-    def __init__(self, max_batch_size: Optional[int] = None, leaderboard: bool = True, n_boot: int = 100):
-        self.max_batch_size = max_batch_size
+    def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: int = 100):
+        if action not in ACTIONS:
+            raise ValueError(f"hydra.sweeper.action must be one of {ACTIONS}, got {action!r}")
+        self.action = action
         self.leaderboard = leaderboard
         self.n_boot = n_boot
         self.config: Optional[DictConfig] = None
@@ -25,6 +29,8 @@ class ScalerlSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
+        # Imported here, not at the top: Hydra imports this module in every Hydra app on the
+        # machine, which must not pay for (or be changed by) importing scalerl.
         from scalerl.launch.sweeping import run_sweep
 
         return run_sweep(self, arguments)

@@ -1,24 +1,28 @@
+"""The advantage contract, the shared schema and group centring."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-import torch
 from omegaconf import MISSING
 
-from scalerl.config.errors import check
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass
 class AdvNormConfig:
     name: str = MISSING
-    eps: float = 1e-6
-    """Added to the std so an all-equal batch does not divide by zero."""
-
-    def __post_init__(self) -> None:
-        check(self.eps > 0, "adv_norm.eps", f"must be > 0, got {self.eps}")
+    """The option's registry key, written by the config store."""
 
 
-def group_centered(rewards: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+class AdvNormFn(Protocol):
+    """(P, G) rewards and (P,) keep mask -> (P, G) advantages (0 on dropped groups)."""
+
+    def __call__(self, rewards: Tensor, keep: Tensor) -> Tensor: ...
+
+
+def group_centered(rewards: Tensor, keep: Tensor) -> Tensor:
     """r - mean(group), zeroed on dropped groups. (P, G) -> (P, G)."""
     centered = rewards - rewards.mean(-1, keepdim=True)
     return centered * keep[:, None].to(rewards.dtype)

@@ -1,19 +1,25 @@
-"""Batch-level normalization (the ScaleRL choice, §3): Â = r − mean(group),
-divided by the std of all kept Â in the batch (population std). Unlike
-per-prompt std it does not blow up near-unanimous groups."""
+"""Batch-level normalization (the ScaleRL choice, arXiv 2510.13786 §3.2):
+Â = r − mean(group), divided by the std of all kept Â in the batch
+(population std). Unlike per-prompt std it does not blow up near-unanimous
+groups."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from scalerl.adv_norm.base import AdvNormConfig, group_centered
+from scalerl.core.errors import check
 
 
 @dataclass
 class BatchNormConfig(AdvNormConfig):
-    name: str = "batch"
+    eps: float = 1e-6
+    """Added to the std so an all-equal batch does not divide by zero."""
+
+    def __post_init__(self) -> None:
+        check(self.eps > 0, "adv_norm.eps", f"must be > 0, got {self.eps}")
 
 
-def batch_normalized(rewards, keep, cfg: BatchNormConfig):
+def batch_normalized(rewards, keep, *, cfg: BatchNormConfig):
     centered = group_centered(rewards, keep)  # (P, G)
     kept = centered[keep]
     if kept.numel() == 0:

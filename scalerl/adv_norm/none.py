@@ -8,8 +8,8 @@ from scalerl.adv_norm.base import AdvNormConfig, group_centered
 
 @dataclass
 class NoNormConfig(AdvNormConfig):
-    name: str = "none"
+    pass
 
 
-def centered(rewards, keep, cfg: NoNormConfig):
+def centered(rewards, keep, *, cfg: NoNormConfig):
     return group_centered(rewards, keep)

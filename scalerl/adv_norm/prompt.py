@@ -5,13 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalerl.adv_norm.base import AdvNormConfig, group_centered
+from scalerl.core.errors import check
 
 
 @dataclass
 class PromptNormConfig(AdvNormConfig):
-    name: str = "prompt"
+    eps: float = 1e-6
+    """Added to each group's std so a unanimous group does not divide by zero."""
+
+    def __post_init__(self) -> None:
+        check(self.eps > 0, "adv_norm.eps", f"must be > 0, got {self.eps}")
 
 
-def prompt_normalized(rewards, keep, cfg: PromptNormConfig):
+def prompt_normalized(rewards, keep, *, cfg: PromptNormConfig):
     centered = group_centered(rewards, keep)
     return centered / (rewards.std(-1, unbiased=False, keepdim=True) + cfg.eps)

@@ -1,4 +1,4 @@
-"""Prompt-level aggregation (the ScaleRL choice, §3): for each prompt, the sum
+"""Prompt-level aggregation (the ScaleRL choice, arXiv 2510.13786 §3.2): for each prompt, the sum
 of its group's token losses divided by the group's total token count; then
 the mean over prompts. Long and short answers to one prompt share weight by
 tokens, while every prompt counts equally."""
@@ -6,17 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from scalerl.aggregation.base import AggregationConfig
 
 
 @dataclass
 class PromptAggConfig(AggregationConfig):
-    name: str = "prompt"
+    pass
 
 
-def prompt_mean(tok_loss: torch.Tensor, mask: torch.Tensor, group_size: int):
+def prompt_mean(tok_loss, mask, group_size: int, *, cfg: PromptAggConfig | None = None):
     m = mask.to(tok_loss.dtype)
     per_group_sum = (tok_loss * m).sum(-1).view(-1, group_size).sum(-1)  # (P,)
     per_group_tok = m.sum(-1).view(-1, group_size).sum(-1)  # (P,)

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from scalerl.aggregation.base import AggregationConfig
 
 
 @dataclass
 class SampleAggConfig(AggregationConfig):
-    name: str = "sample"
+    pass
 
 
-def sample_mean(tok_loss: torch.Tensor, mask: torch.Tensor, group_size: int):
+def sample_mean(tok_loss, mask, group_size: int, *, cfg: SampleAggConfig | None = None):
     m = mask.to(tok_loss.dtype)
     n_tok = m.sum(-1)  # (N,)
     live = n_tok > 0

@@ -3,17 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from scalerl.aggregation.base import AggregationConfig
 
 
 @dataclass
 class TokenAggConfig(AggregationConfig):
-    name: str = "token"
+    pass
 
 
-def token_mean(tok_loss: torch.Tensor, mask: torch.Tensor, group_size: int):
+def token_mean(tok_loss, mask, group_size: int, *, cfg: TokenAggConfig | None = None):
     m = mask.to(tok_loss.dtype)
     units = m.sum()
     return (tok_loss * m).sum() / units.clamp(min=1), units.item()

@@ -1,16 +1,21 @@
 """Configuration: typed schemas, the ConfigStore, validation and derivation.
 
-Owns the shape of a run's config and the one place it is checked
-(``validate``). Must not import torch models or the training loop. To add an
-axis option, see ``registry.py``; the schemas are registered automatically.
+Owns the shape of a run's config (``schema``), the list of option groups
+(``groups``), and the one place a config is checked (``validate``). Must not
+import torch, models' weights or the training loop: the command line composes
+and validates every arm of a sweep before anything launches, and that must
+stay fast.
 """
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from scalerl.config.errors import ConfigError, check
+from scalerl.config.compose import as_config_error, compose
+from scalerl.config.groups import OPTION_GROUPS
 from scalerl.config.schema import BatchConfig, Config, TrainConfig
+from scalerl.config.store import register_schemas
+from scalerl.core.errors import ConfigError, check
 
 
 def validate(cfg: DictConfig) -> Config:
@@ -25,19 +30,32 @@ def validate(cfg: DictConfig) -> Config:
     except OmegaConfBaseException as e:  # missing value, wrong type, ...
         key = getattr(e, "full_key", None) or "config"
         raise ConfigError(str(key), str(e).splitlines()[0]) from None
+    _check_options(obj)
     _cross_checks(obj)
     return obj
+
+
+def _check_options(c: Config) -> None:
+    """Each group's node is the schema its option name registers (names are read-only, but a
+    config built by hand could still pair one option's name with another's fields)."""
+    for group, options in OPTION_GROUPS.items():
+        node = getattr(c, group)
+        option = options.get(getattr(node, "name", None))
+        check(option is not None, f"{group}", f"unknown option {getattr(node, 'name', None)!r}; choose from {sorted(options)}")
+        check(type(node) is option.schema, f"{group}.name",
+              f"{node.name!r} is set by choosing the option ({group}={node.name}), not by overriding the name")
 
 
 def _cross_checks(c: Config) -> None:
     # Interruptions must fit the model's context (prompt + budget + phrase + answer).
     max_pos = getattr(c.model, "max_position_embeddings", None)
     if max_pos is not None:
-        need = c.length.max_new_tokens + getattr(c.length, "answer_budget", 0) + len(getattr(c.length, "phrase", "")) + 16
+        need = c.length.completion_budget() + 16
         check(need <= max_pos, "model.max_position_embeddings",
               f"{max_pos} is too small for the length budget (needs >= {need})")
     check(c.train.warmup_steps < c.train.steps, "train.warmup_steps",
           f"must be < train.steps={c.train.steps}, got {c.train.warmup_steps}")
 
 
-__all__ = ["BatchConfig", "Config", "ConfigError", "TrainConfig", "check", "validate"]
+__all__ = ["BatchConfig", "Config", "ConfigError", "TrainConfig", "as_config_error", "check", "compose", "register_schemas",
+           "validate"]

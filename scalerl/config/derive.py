@@ -1,11 +1,11 @@
 """Derive once: one pure function turns the primary knobs into every derived
-quantity (STYLE.md rule 4). Its result is written next to config.yaml."""
+quantity. Its result is written next to config.yaml as ``derived.json``."""
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
 
-from scalerl.config.errors import check
+from scalerl.core.errors import check
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,17 @@ class Derived:
         return asdict(self)
 
 
-def derive(cfg, world_size: int = 1, phrase_tokens: int = 0) -> Derived:
-    """``cfg`` is the validated ``Config`` object."""
+def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derived:
+    """``cfg`` is the validated ``Config``; ``world_size`` the data-parallel ranks of one run.
+
+    Raises ``ConfigError`` when the batch cannot be split over the ranks; the
+    sweep calls this for every arm with its launcher's world size before
+    anything launches.
+    """
     b = cfg.batch
     check(b.prompts % world_size == 0, "batch.prompts",
           f"batch.prompts={b.prompts} must be divisible by the number of ranks ({world_size})")
-    check(not (cfg.filter.refill and world_size > 1), "filter",
+    check(not (cfg.filter.refill_rounds and world_size > 1), "filter",
           f"{cfg.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
           "use filter=zero_variance or one rank")
     per_rank = b.prompts // world_size
@@ -37,9 +42,6 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int = 0) -> Derived:
           f"prompts per rank ({per_rank}) must be divisible by batch.minibatches={b.minibatches}")
     n_train = getattr(cfg.task, "n_train", None) or 1
     steps_per_epoch = n_train / b.prompts
-    budget = cfg.length.max_new_tokens
-    if getattr(cfg.length, "answer_budget", 0):
-        budget = budget + phrase_tokens + cfg.length.answer_budget
     return Derived(
         world_size=world_size,
         samples_per_step=b.prompts * b.generations,
@@ -48,6 +50,6 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int = 0) -> Derived:
         samples_per_minibatch=per_rank // b.minibatches * b.generations,
         steps_per_epoch=steps_per_epoch,
         epochs=cfg.train.steps / steps_per_epoch,
-        max_completion_tokens=budget,
+        max_completion_tokens=cfg.length.completion_budget(phrase_tokens),
         eval_points=1 + math.ceil(cfg.train.steps / cfg.train.eval_every),
     )

@@ -1,24 +1,27 @@
 """The top-level run config (Hydra primary schema ``base_config``).
 
-Axis groups whose options have different fields (``loss``, ``filter``, ...)
-are typed ``Any`` here; each option's own dataclass (registered as
-``schema/<axis>/<name>``) types and validates its node.
+``RunSettings`` holds what every run has whatever its options: the batch
+knobs, the training settings and bookkeeping. ``Config`` adds one field per
+option group of ``groups.OPTION_GROUPS``, typed ``Any`` here because each
+option's own dataclass (stored as ``schema/<group>/<name>``) types and
+validates its node.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from omegaconf import MISSING
 
-from scalerl.config.errors import check
+from scalerl.config.groups import OPTION_GROUPS
+from scalerl.core.errors import check
 
 DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
 class BatchConfig:
-    """Primary batch knobs (ScaleRL §2: 48 prompts x 16 generations)."""
+    """Primary batch knobs (arXiv 2510.13786 §2: 48 prompts x 16 generations)."""
 
     name: str = MISSING
     prompts: int = 16
@@ -42,7 +45,7 @@ class TrainConfig:
     steps: int = 1000
     """Optimizer steps (generation batches) in the run."""
     lr: float = 1.5e-4
-    """Constant after warm-up (paper: 5e-7 at 8B; tiny models need far more, TINY_RL.md)."""
+    """Constant after warm-up (paper: 5e-7 at 8B; tiny models need far more, docs/embedded.md)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     adam_eps: float = 1e-8
     weight_decay: float = 0.01
@@ -80,26 +83,22 @@ class TrainConfig:
 
 
 @dataclass
-class Config:
-    model: Any = MISSING
-    task: Any = MISSING
-    loss: Any = MISSING
-    aggregation: Any = MISSING
-    adv_norm: Any = MISSING
-    precision: Any = MISSING
-    filter: Any = MISSING
-    length: Any = MISSING
+class RunSettings:
     batch: BatchConfig = MISSING
-    logger: Any = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 0
     recipe: str = "custom"
     """Set by the ``recipe`` presets; informational."""
     study: str = "default"
-    """Names the sweep directory (and W&B group); not part of the run hash."""
+    """The study this run belongs to: names the sweep directory and the W&B group; not part of the run hash."""
     sweep: Any = None
-    """A study file in sweeps/ (or a list of them, crossed): ``-m sweep=loo``. Read by the sweeper."""
+    """Study file(s) in sweeps/ to expand into arms: ``-m sweep=loo`` (crossed: ``'sweep=[loss,seeds]'``)."""
     cache_dir: str = "${oc.env:SCALERL_CACHE,'~/.cache/scalerl'}"
     """Where built/warm-started models are cached, keyed by config hash."""
     out_root: str = "${oc.env:SCALERL_OUTPUT,outputs}"
     """Root of run and sweep directories (see hydra.run.dir / hydra.sweep.dir)."""
+
+
+Config = make_dataclass(
+    "Config", [(group, Any, field(default=MISSING)) for group in OPTION_GROUPS], bases=(RunSettings,))
+Config.__doc__ = "A run: ``RunSettings`` plus one node per option group (``groups.OPTION_GROUPS``)."

@@ -1,24 +1,30 @@
-"""Register every schema in Hydra's ConfigStore (derived from the registries)."""
+"""Register every schema in Hydra's ConfigStore, derived from the option groups.
+
+Called by the entry point and by every process that composes a config (the
+launcher's children); never at import time, so importing scalerl's Hydra
+plugins changes nothing in another Hydra app.
+"""
 from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
-from scalerl.config.registry import axis_registries
+from scalerl.config.groups import OPTION_GROUPS
 from scalerl.config.schema import BatchConfig, Config
-from scalerl.launch.rundir import register_resolver
-
-_done = False
 
 
-def register_configs() -> None:
-    global _done
-    register_resolver()
-    if _done:
-        return
+def register_schemas() -> None:
+    """Store ``base_config`` and ``schema/<group>/<option>`` (idempotent).
+
+    Each option's ``name`` is its registry key, set here and read-only, so an
+    option's name always fixes its behaviour.
+    """
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(group="schema/batch", name="batch", node=BatchConfig)
-    for axis, options in axis_registries().items():
+    for group, options in OPTION_GROUPS.items():
         for name, option in options.items():
-            cs.store(group=f"schema/{axis}", name=name, node=option.schema)
-    _done = True
+            node = OmegaConf.structured(option.schema)
+            node.name = name
+            node._get_node("name")._set_flag("readonly", True)
+            cs.store(group=f"schema/{group}", name=name, node=node)

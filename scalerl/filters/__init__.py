@@ -1,13 +1,15 @@
-"""Data filters (config group ``filter``), ScaleRL §3.
+"""Data filters (config group ``filter``), arXiv 2510.13786 §3.2.
 
-``fn(rewards (P, G)) -> keep (P,) bool`` decides which prompt groups enter
-the loss. Two options also act on the data stream: ``zero_variance_npr``
-retires prompts whose pass rate reached ``npr_threshold`` (see
-``retire_mask``; the sampler applies it at the next epoch), and
-``dapo_dynamic`` asks the rollout to refill dropped groups. Must not know
-about models or losses.
+``fn(rewards (P, G), *, cfg) -> keep (P,) bool`` decides which prompt groups
+enter the loss (the ``FilterFn`` contract in ``base.py``). Two options also act
+on the data stream, through fields only they have: ``zero_variance_npr``
+retires prompts whose pass rate reached ``npr_threshold`` (the sampler applies
+it from the next epoch), and ``dapo_dynamic`` asks the rollout to refill
+dropped groups for up to ``max_refill_rounds``. The base schema exposes both as
+``retire_at`` and ``refill_rounds`` (off unless the option sets them). Must not
+know about models or losses.
 """
-from scalerl.config.registry import Option
+from scalerl.core.option import Option
 from scalerl.filters import dapo_dynamic, none, zero_variance, zero_variance_npr
 
 FILTERS: dict[str, Option] = {

@@ -1,17 +1,32 @@
+"""The filter contract and the shared schema."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Protocol
 
 from omegaconf import MISSING
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass
 class FilterConfig:
     name: str = MISSING
-    npr_threshold: Optional[float] = None
-    """Retire prompts whose pass rate is >= this for later epochs (None: never)."""
-    refill: bool = False
-    """Regenerate until the batch is full of non-degenerate groups (DAPO)."""
-    max_refill_rounds: int = 0
-    """Extra generation rounds allowed per step when refilling."""
+    """The option's registry key, written by the config store."""
+
+    @property
+    def retire_at(self) -> Optional[float]:
+        """No-Positive-Resampling: retire prompts whose pass rate is >= this (None: never)."""
+        return None
+
+    @property
+    def refill_rounds(self) -> int:
+        """DAPO dynamic sampling: extra generation rounds per step to refill dropped groups."""
+        return 0
+
+
+class FilterFn(Protocol):
+    """(P, G) rewards -> (P,) bool: which prompt groups enter the loss."""
+
+    def __call__(self, rewards: Tensor) -> Tensor: ...

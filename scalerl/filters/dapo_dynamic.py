@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.config.errors import check
+from scalerl.core.errors import check
 from scalerl.filters.base import FilterConfig
 
 
 @dataclass
 class DapoDynamicConfig(FilterConfig):
-    name: str = "dapo_dynamic"
-    refill: bool = True
     max_refill_rounds: int = 3
+    """Extra generation rounds allowed per step when refilling."""
 
     def __post_init__(self) -> None:
         check(self.max_refill_rounds >= 1, "filter.max_refill_rounds", f"must be >= 1, got {self.max_refill_rounds}")
+
+    @property
+    def refill_rounds(self) -> int:
+        return self.max_refill_rounds

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from scalerl.filters.base import FilterConfig
 
 
 @dataclass
 class NoFilterConfig(FilterConfig):
-    name: str = "none"
+    pass
 
 
-def keep_all(rewards: torch.Tensor) -> torch.Tensor:
-    return torch.ones(rewards.shape[0], dtype=torch.bool, device=rewards.device)
+def keep_all(rewards, *, cfg: NoFilterConfig):
+    return rewards.new_ones(rewards.shape[0], dtype=bool)

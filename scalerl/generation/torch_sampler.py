@@ -5,7 +5,7 @@ repeated for the ``n`` samples of each (a group shares its prefix, so the
 prompt is computed once, not G times), then one decode step per token for
 the rows still generating: a finished row leaves the batch and the cache, so
 one long completion does not keep 255 finished ones decoding. Length
-interruptions (ScaleRL §3) are handled here by forcing the phrase tokens into
+interruptions (arXiv 2510.13786 §3.2) are handled here by forcing the phrase tokens into
 rows that reach their sampled interruption point; forced tokens are fed
 through the model like any other but are excluded from the loss.
 """

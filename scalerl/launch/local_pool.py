@@ -1,8 +1,8 @@
 """Run a sweep's arms in parallel processes on this machine.
 
 Each arm gets a fresh spawned process with ``threads_per_arm`` torch threads
-(TINY_RL.md: two 1-thread processes match one 2-thread process, and a fixed
-thread count keeps each arm reproducible). Its output goes to
+(on a 2-core CPU, two 1-thread processes match one 2-thread process, and a
+fixed thread count keeps each arm reproducible; docs/embedded.md). Its output goes to
 ``<run_dir>/train.log``; the parent shows one live table for all arms.
 Ctrl-C reaches every arm, which checkpoints and stops; relaunch to resume.
 """
@@ -21,23 +21,22 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from omegaconf import open_dict
+from rich.live import Live
+from rich.table import Table
 
-from scalerl.train.records import read_json, write_json_atomic
-
-
-def job_run_dir(sweep_config) -> Path:
-    return Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+from scalerl.core.jsonio import read_json
+from scalerl.launch.app import register
+from scalerl.launch.jobs import failed_return, write_launch_record
+from scalerl.launch.rundir import sweep_run_dir
 
 
 def _child(blob: bytes) -> bytes:
     """Runs in the spawned process: one Hydra job, output to train.log."""
-    from scalerl.config.store import register_configs
-
-    register_configs()  # the ${scalerl_run_name:} resolver, before anything resolves
+    register()  # the ${scalerl_run_name:} resolver, before anything resolves
     hydra_context, task_function, sweep_config, singleton_state, threads = cloudpickle.loads(blob)
     os.environ["SCALERL_NUM_THREADS"] = str(threads)
     os.environ["SCALERL_NO_BAR"] = "1"
-    run_dir = job_run_dir(sweep_config)
+    run_dir = sweep_run_dir(sweep_config)
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir / "train.log", "a", buffering=1)
     os.dup2(log.fileno(), 1)
@@ -54,13 +53,6 @@ def _child(blob: bytes) -> bytes:
         print(tb, flush=True)
         ret._return_value = RuntimeError(f"{type(exc).__name__}: {exc}")
     return cloudpickle.dumps(ret)
-
-
-def _failed(config, overrides, err: BaseException) -> JobReturn:
-    ret = JobReturn(overrides=list(overrides), cfg=config, hydra_cfg=config, working_dir="", task_name="",
-                    status=JobStatus.FAILED)
-    ret._return_value = err
-    return ret
 
 
 def auto_parallel(n_arms: int, threads_per_arm: int) -> int:
@@ -81,10 +73,8 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
             cfg.hydra.job.id = f"local_{initial_job_idx + i}"
             cfg.hydra.job.num = initial_job_idx + i
         jobs.append((list(overrides), cfg))
-        run_dir = job_run_dir(cfg)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run_dir / "launch.json", {"launcher": "local", "submitted_at": time.time(),
-                                                    "log": str(run_dir / "train.log"), "overrides": list(overrides)})
+        run_dir = sweep_run_dir(cfg)
+        write_launch_record(run_dir, "local", overrides, log=str(run_dir / "train.log"))
     workers = launcher.n_parallel or auto_parallel(len(jobs), launcher.threads_per_arm)
     workers = max(1, min(workers, len(jobs)))
     print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {launcher.threads_per_arm} thread(s) each; "
@@ -97,7 +87,7 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
                                                           launcher.threads_per_arm))): k
                    for k, (_, cfg) in enumerate(jobs)}
         try:
-            _watch(futures, [job_run_dir(cfg) for _, cfg in jobs])
+            _watch(futures, [sweep_run_dir(cfg) for _, cfg in jobs])
         except KeyboardInterrupt:
             print("\n[scalerl] interrupted: arms are checkpointing; relaunch the same command to resume", flush=True)
             cf.wait(futures, timeout=120)
@@ -105,7 +95,7 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
             try:
                 results[k] = cloudpickle.loads(fut.result(timeout=0))
             except BaseException as e:  # crashed process, killed, interrupted
-                results[k] = _failed(jobs[k][1], jobs[k][0], e)
+                results[k] = failed_return(jobs[k][0], jobs[k][1], e)
     return results
 
 
@@ -113,8 +103,6 @@ def _watch(futures: dict, run_dirs: list[Path]) -> None:
     """Block until every arm ends, showing a live progress table."""
     pending = set(futures)
     if sys.stdout.isatty():
-        from rich.live import Live
-
         with Live(_table(run_dirs), refresh_per_second=1) as live:
             while pending:
                 _, pending = cf.wait(pending, timeout=1.0)
@@ -133,8 +121,6 @@ def _watch(futures: dict, run_dirs: list[Path]) -> None:
 
 
 def _table(run_dirs: list[Path]):
-    from rich.table import Table
-
     t = Table(title="scalerl arms")
     for col in ("arm", "status", "step", "pass rate", "eta"):
         t.add_column(col)

@@ -1,7 +1,7 @@
 """Run identity: a run directory is named by human tags plus a short hash of
-its resolved config (STYLE.md rule 9), so relaunching the same command finds
-the same directory, and a sweep can tell done, running, failed and pending
-arms apart without any database.
+its resolved config, so relaunching the same command finds the same
+directory, and a sweep can tell done, running, failed and pending arms apart
+without any database.
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from scalerl.launch.hashing import stable_hash
-from scalerl.train.records import read_json
+from scalerl.config.groups import BOOKKEEPING_GROUPS, run_axes
+from scalerl.core.hashing import stable_hash
+from scalerl.core.jsonio import read_json
 
 # Keys that do not change what a run computes: bookkeeping, logging, hardware.
-HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "logger", "out_root", "cache_dir", "recipe")
+HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "out_root", "cache_dir", "recipe", *BOOKKEEPING_GROUPS)
 HASH_EXCLUDE_TRAIN = ("threads", "device", "gpus")
-AXES = ("loss", "aggregation", "adv_norm", "precision", "filter", "length", "batch", "model", "task")
 TAG_SKIP = re.compile(r"^(hydra[./]|study=|sweep=|logger|out_root=|cache_dir=|train\.(threads|device|gpus)=)")
 HEARTBEAT_S = 300  # a running arm whose progress.json is older than this is treated as dead
 
@@ -58,8 +58,13 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver("scalerl_run_name", lambda *, _root_: run_name(_root_), use_cache=False)
 
 
+def sweep_run_dir(cfg: DictConfig) -> Path:
+    """Where one arm of a sweep runs: ``hydra.sweep.dir / hydra.sweep.subdir`` of its composed config."""
+    return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+
+
 def axes(cfg) -> dict:
-    return {a: str(OmegaConf.select(cfg, f"{a}.name")) for a in AXES}
+    return {a: str(OmegaConf.select(cfg, f"{a}.name")) for a in run_axes()}
 
 
 def arm_state(run_dir: Path) -> str:

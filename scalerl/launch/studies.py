@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from scalerl.config.errors import ConfigError
-from scalerl.paths import sweeps_dir
+from scalerl.core.errors import ConfigError
+from scalerl.core.paths import sweeps_dir
 
 
 def _key(override: str) -> str:

@@ -2,8 +2,9 @@
 
 1. Expand the arms: comma lists (Cartesian, as in Hydra) crossed with the
    explicit arms of any study file (``sweep=loo``).
-2. Compose and validate every arm *before* launching anything; a bad value
-   fails here, naming the key.
+2. Compose and validate every arm *before* launching anything, with the data-
+   parallel world size its launcher gives it; a bad value fails here, naming
+   the key.
 3. Look at each arm's run directory (named by config hash): skip finished and
    live arms, (re)launch pending, interrupted and failed ones.
 4. After the launcher returns: report failures with their logs, and write the
@@ -12,7 +13,7 @@
 from __future__ import annotations
 
 import copy
-import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,16 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from omegaconf import open_dict, read_write
+from rich.console import Console
+from rich.table import Table
 
-from scalerl.config import ConfigError, validate
+from scalerl.config import ConfigError, as_config_error, validate
+from scalerl.config.derive import derive
+from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import rundir
+from scalerl.launch.jobs import launcher_world_size
+from scalerl.launch.leaderboard import write_leaderboard
 from scalerl.launch.studies import load_study, merge
-from scalerl.train.records import read_json, write_json_atomic
 
 LAUNCH_STATES = ("pending", "interrupted", "failed")
 
@@ -76,13 +82,12 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader) -> list[Ar
     for overrides in overrides_list:
         try:
             cfg = config_loader.load_sweep_config(config, list(overrides))
-            validate(job_config(cfg))
-            run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+            derive(validate(job_config(cfg)), world_size=launcher_world_size(cfg))
+            run_dir = rundir.sweep_run_dir(cfg)
             arms.append(Arm(list(overrides), run_dir, _state(run_dir)))
-        except ConfigError as e:
-            arms.append(Arm(list(overrides), Path(" ".join(overrides) or "default"), "invalid", str(e), e.key))
-        except Exception as e:  # Hydra's own errors (unknown option, bad override syntax) name the key too
-            arms.append(Arm(list(overrides), Path(" ".join(overrides) or "default"), "invalid", str(e)))
+        except Exception as e:  # our checks, and Hydra's (unknown option, a key the option lacks, bad syntax)
+            err = as_config_error(e)
+            arms.append(Arm(list(overrides), Path(" ".join(overrides) or "default"), "invalid", str(err), err.key))
     return arms
 
 
@@ -98,8 +103,6 @@ def _slurm_job_alive(run_dir: Path) -> bool:
     job = (read_json(run_dir / "launch.json") or {}).get("slurm_job_id")
     if not job:
         return False
-    import subprocess
-
     try:
         out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
@@ -108,9 +111,6 @@ def _slurm_job_alive(run_dir: Path) -> bool:
 
 
 def print_table(arms: list[Arm], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=title, show_lines=False)
     for col in ("#", "arm", "state", "step", "pass rate", "run dir"):
         table.add_column(col)
@@ -126,7 +126,8 @@ def print_table(arms: list[Arm], title: str) -> None:
 
 
 def run_sweep(sweeper, arguments: list[str]) -> list:
-    action = os.environ.get("SCALERL_SWEEP_ACTION", "run")
+    """Plan, validate and launch the arms; ``sweeper.action`` is run, status or dry-run."""
+    action = sweeper.action
     loader = sweeper.hydra_context.config_loader
     study, overrides_list = expand_arms(arguments, loader)
     arms = plan_arms(overrides_list, sweeper.config, loader)
@@ -173,8 +174,6 @@ def _report(arms: list[Arm], failed, sweep_dir: Path, sweeper) -> None:
     for arm, err in failed:
         log = (read_json(arm.run_dir / "summary.json") or {}).get("log")
         print(f"[scalerl] FAILED {arm.name}: {str(err).splitlines()[0] if err else ''}\n          log: {log}")
-    if getattr(sweeper, "leaderboard", True):
-        from scalerl.launch.leaderboard import write_leaderboard
-
-        write_leaderboard(sweep_dir, [a.run_dir for a in arms], n_boot=getattr(sweeper, "n_boot", 100))
+    if sweeper.leaderboard:
+        write_leaderboard(sweep_dir, [a.run_dir for a in arms], n_boot=sweeper.n_boot)
 

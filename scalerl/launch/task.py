@@ -14,12 +14,13 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+import submitit
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from scalerl.config import ConfigError, validate
+from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic
 from scalerl.launch import rundir
-from scalerl.train.records import MetricsFile, read_json, write_json_atomic
 
 
 def launch_rank() -> int:
@@ -47,10 +48,8 @@ def log_path(run_dir: Path) -> str | None:
     if (run_dir / "train.log").exists():
         return str(run_dir / "train.log")
     try:
-        import submitit
-
         return str(submitit.JobEnvironment().paths.stdout)
-    except Exception:
+    except Exception:  # not inside a submitit job
         return None
 
 
@@ -71,7 +70,9 @@ def run_arm(cfg: DictConfig) -> dict:
         "arm_hash": rundir.arm_hash(cfg), "axes": rundir.axes(cfg), "seed": obj.seed, "recipe": obj.recipe,
         "study": obj.study, "loss_clamp": obj.loss.clamp(),
     }
-    from scalerl.train.loop import train  # heavy imports only when actually training
+    # The trainer (torch, transformers) is imported only when an arm trains: --help,
+    # --dry-run, --status and the sweep's parent process never pay its ~7 s import.
+    from scalerl.train.loop import train
 
     if launch_rank() != 0:  # extra data-parallel ranks: no files, no lock
         return train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={})
@@ -91,7 +92,7 @@ def run_arm(cfg: DictConfig) -> dict:
             print(f"[scalerl] {run_dir.name} stopped at step {result['step']} ({result['status']}); "
                   "relaunch the same command to resume")
             return {**meta, **result}
-        rows = MetricsFile(run_dir / "metrics.jsonl").rows()
+        rows = JsonlFile(run_dir / "metrics.jsonl").rows()
         rates = [r["pass_rate"] for r in rows if r.get("pass_rate") is not None]
         summary = {**meta, **result, "error": None, "log": log_path(run_dir), "elapsed_s": time.time() - t0,
                    "initial_pass_rate": rates[0] if rates else None,

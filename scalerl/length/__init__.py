@@ -1,11 +1,12 @@
-"""Length control (config group ``length``), ScaleRL §3.
+"""Length control (config group ``length``), arXiv 2510.13786 §3.2.
 
-``fn(cfg, n, rng) -> LengthPlan`` says, for a batch of n samples, where (if
-anywhere) each is interrupted and which reward penalty applies. The sampler
-executes the plan; the loop applies the penalty. Every option logs the
-truncation rate, the paper's instability alarm (``alarm`` level).
+``fn(n, rng, *, cfg) -> LengthPlan`` (the ``LengthFn`` contract in
+``base.py``) says, for a batch of n samples, where (if anywhere) each is
+interrupted and which reward penalty applies. The sampler executes the plan;
+the rollout applies the penalty. Every option logs the truncation rate, the
+paper's instability alarm (``alarm`` level).
 """
-from scalerl.config.registry import Option
+from scalerl.core.option import Option
 from scalerl.length import interrupt, penalty, truncate
 
 LENGTHS: dict[str, Option] = {

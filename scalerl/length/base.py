@@ -1,32 +1,47 @@
+"""The length-control contract, the shared schema and the plan it returns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
-import torch
 from omegaconf import MISSING
 
-from scalerl.config.errors import check
+from scalerl.core.errors import check
+
+if TYPE_CHECKING:
+    from torch import Generator, Tensor
 
 
 @dataclass
 class LengthConfig:
     name: str = MISSING
+    """The option's registry key, written by the config store."""
     max_new_tokens: int = 8
     """Budget of freely generated (thinking) tokens per completion."""
     alarm: float = 0.10
-    """Warn when the step's truncation rate exceeds this (PAPER.md §3: 10-15% destabilized training)."""
+    """Warn when the step's truncation rate exceeds this (arXiv 2510.13786 §3.2: 10-15% destabilized training)."""
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens > 0, "length.max_new_tokens", f"must be > 0, got {self.max_new_tokens}")
         check(0 <= self.alarm <= 1, "length.alarm", f"must be in [0, 1], got {self.alarm}")
 
+    def completion_budget(self, phrase_tokens: Optional[int] = None) -> int:
+        """The most tokens one completion can hold. ``phrase_tokens``: the forced
+        phrase's length in tokens (None: its length in characters, an upper bound)."""
+        return self.max_new_tokens
+
 
 @dataclass
 class LengthPlan:
-    interrupt_at: Optional[torch.Tensor] = None
+    interrupt_at: Optional[Tensor] = None
     """(n,) long free-token count at which to interrupt; None: never."""
     phrase: str = ""
     answer_budget: int = 0
-    penalty: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+    penalty: Optional[Callable[[Tensor], Tensor]] = None
     """lengths (n,) -> additive reward penalty (n,), applied to correct answers."""
+
+
+class LengthFn(Protocol):
+    """The plan for a batch of ``n`` completions, drawing any randomness from ``rng``."""
+
+    def __call__(self, n: int, rng: Generator) -> LengthPlan: ...

@@ -1,4 +1,4 @@
-"""Length interruptions (the ScaleRL choice, §3): at a random length in
+"""Length interruptions (the ScaleRL choice, arXiv 2510.13786 §3.2): at a random length in
 [lo, hi]·max_new_tokens (the paper: 10k-12k of a 12,288 thinking budget),
 append the end-of-thinking phrase and let the model answer within
 ``answer_budget`` more tokens."""
@@ -7,9 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
-from scalerl.config.errors import check
+from scalerl.core.errors import check
+from scalerl.core.lazy import torch
 from scalerl.length.base import LengthConfig, LengthPlan
 
 PAPER_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
@@ -17,7 +16,6 @@ PAPER_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final ans
 
 @dataclass
 class InterruptConfig(LengthConfig):
-    name: str = "interrupt"
     lo: float = 0.8
     """Earliest interruption point as a fraction of max_new_tokens (paper: 10k/12,288 ≈ 0.81)."""
     hi: float = 1.0
@@ -34,13 +32,17 @@ class InterruptConfig(LengthConfig):
               f"must not exceed the total budget length.max_new_tokens={self.max_new_tokens}, got {self.answer_budget}")
         check(len(self.phrase) > 0, "length.phrase", "must not be empty")
 
+    def completion_budget(self, phrase_tokens=None) -> int:
+        phrase = len(self.phrase) if phrase_tokens is None else phrase_tokens
+        return self.max_new_tokens + phrase + self.answer_budget
+
     def bounds(self) -> tuple[int, int]:
         """Inclusive token range of interruption points."""
         lo = max(1, math.ceil(self.lo * self.max_new_tokens))
         return lo, max(lo, math.floor(self.hi * self.max_new_tokens))
 
 
-def interrupt_plan(cfg: InterruptConfig, n: int, rng: torch.Generator) -> LengthPlan:
+def interrupt_plan(n: int, rng, *, cfg: InterruptConfig) -> LengthPlan:
     lo, hi = cfg.bounds()
     at = torch.randint(lo, hi + 1, (n,), generator=rng)
     return LengthPlan(interrupt_at=at, phrase=cfg.phrase, answer_budget=cfg.answer_budget)

@@ -1,4 +1,4 @@
-"""DAPO's overlong penalty (ScaleRL §3 alternative):
+"""DAPO's overlong penalty (arXiv 2510.13786 §3.2):
 R_len(y) = clip((L_max − |y|)/L_cache − 1, −1, 0), added to correct answers
 only. L_max is ``max_new_tokens``; the penalty ramps from 0 at
 L_max − L_cache to −1 at L_max."""
@@ -7,15 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-import torch
-
-from scalerl.config.errors import check
+from scalerl.core.errors import check
 from scalerl.length.base import LengthConfig, LengthPlan
 
 
 @dataclass
 class PenaltyConfig(LengthConfig):
-    name: str = "penalty"
     l_cache: int = 3
     """Width of the soft-penalty ramp in tokens (paper: 2k of 14k)."""
 
@@ -25,10 +22,10 @@ class PenaltyConfig(LengthConfig):
               f"must be in (0, length.max_new_tokens={self.max_new_tokens}], got {self.l_cache}")
 
 
-def overlong_penalty(lengths: torch.Tensor, l_max: int, l_cache: int) -> torch.Tensor:
+def overlong_penalty(lengths, l_max: int, l_cache: int):
     """(n,) completion lengths -> (n,) penalty in [-1, 0]."""
     return ((l_max - lengths.float()) / l_cache - 1.0).clamp(-1.0, 0.0)
 
 
-def penalty_plan(cfg: PenaltyConfig, n: int, rng) -> LengthPlan:
+def penalty_plan(n: int, rng, *, cfg: PenaltyConfig) -> LengthPlan:
     return LengthPlan(penalty=partial(overlong_penalty, l_max=cfg.max_new_tokens, l_cache=cfg.l_cache))

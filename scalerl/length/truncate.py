@@ -9,8 +9,8 @@ from scalerl.length.base import LengthConfig, LengthPlan
 
 @dataclass
 class TruncateConfig(LengthConfig):
-    name: str = "truncate"
+    pass
 
 
-def truncate_plan(cfg: TruncateConfig, n: int, rng) -> LengthPlan:
+def truncate_plan(n: int, rng, *, cfg: TruncateConfig) -> LengthPlan:
     return LengthPlan()

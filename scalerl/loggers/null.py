@@ -8,7 +8,7 @@ from scalerl.loggers.base import LoggerConfig
 
 @dataclass
 class NoLoggerConfig(LoggerConfig):
-    name: str = "none"
+    pass
 
 
 class NullLogger:

@@ -4,7 +4,7 @@ Offline unless the user has W&B set up (WANDB_MODE set, WANDB_API_KEY, or an
 api.wandb.ai entry in ~/.netrc): laptops and clusters without network still
 get a complete local record, synced later with ``wandb sync``. The run id is
 kept in the run directory so a resumed or requeued run continues the *same*
-W&B run (PAPER.md §5: peers start a new one).
+W&B run (many RL frameworks start a new one).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from scalerl.config.errors import check
+from scalerl.core.errors import check
 from scalerl.loggers.base import LoggerConfig
 
 MODES = ("auto", "offline", "online", "disabled")
@@ -23,7 +23,6 @@ MODES = ("auto", "offline", "online", "disabled")
 
 @dataclass
 class WandbConfig(LoggerConfig):
-    name: str = "wandb"
     project: str = "scalerl"
     entity: Optional[str] = None
     mode: str = "auto"
@@ -59,7 +58,7 @@ class WandbLogger:
         self.mode = resolve_mode(cfg.mode)
 
     def start(self, run_dir: Path, name: str, group: str, config: dict, run_id: Optional[str] = None):
-        import wandb
+        import wandb  # loaded only by runs that log: it adds seconds to every import of this module
 
         id_file = Path(run_dir) / "wandb_id"
         if run_id is None and id_file.exists():

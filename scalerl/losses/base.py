@@ -1,23 +1,34 @@
-"""Shared loss schema and helpers."""
+"""The loss contract, the shared schema and helpers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-import torch
 from omegaconf import MISSING
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass
 class LossConfig:
     name: str = MISSING
+    """The option's registry key, written by the config store (choose it with ``loss=<name>``)."""
 
     def clamp(self) -> str:
         """The exact ratio clamp, written to run metadata and the leaderboard
-        (PAPER.md §5: "CISPO" means different clamps in different frameworks)."""
+        ("CISPO" means different clamps in different frameworks, arXiv 2510.13786 §3.2)."""
         raise NotImplementedError
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+class LossFn(Protocol):
+    """A loss with its config bound: (N, T) log-probs, behaviour log-probs and
+    mask, (N,) advantages -> ((N, T) per-token loss, scalar metrics)."""
+
+    def __call__(self, logp: Tensor, behav_logp: Tensor, adv: Tensor, mask: Tensor) -> tuple[Tensor, dict]: ...
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``x`` over ``mask`` (0 when the mask is empty)."""
     m = mask.to(x.dtype)
     return (x * m).sum() / m.sum().clamp(min=1)

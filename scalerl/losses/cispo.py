@@ -1,4 +1,4 @@
-"""CISPO (MiniMax-M1; the ScaleRL choice, §3).
+"""CISPO (MiniMax-M1; the ScaleRL choice, arXiv 2510.13786 §3.2).
 
 J = Σ sg(min(ρ_t, ε_max)) · Â · log π_θ(y_t), with ρ = π_train / π_gen.
 The clipped importance weight is stop-gradient, so *every* token keeps a
@@ -10,17 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
-
-from scalerl.config.errors import check
+from scalerl.core.errors import check
+from scalerl.core.lazy import torch
 from scalerl.losses.base import LossConfig, masked_mean
 
 
 @dataclass
 class CispoConfig(LossConfig):
-    name: str = "cispo"
     eps_max: float = 4.0
-    """Absolute cap on the importance ratio ρ (not 1+ε: TRL-style, PAPER.md §5)."""
+    """Absolute cap on the importance ratio ρ (not 1+ε: TRL-style; verl clamps to 1±ε instead)."""
     eps_min: Optional[float] = None
     """Optional absolute floor on ρ; None = no lower clip (paper)."""
 
@@ -34,7 +32,7 @@ class CispoConfig(LossConfig):
         return f"sg(clip(ratio, {lo}, {self.eps_max:g}))*A*logp"
 
 
-def cispo_loss(logp, behav_logp, adv, mask, cfg: CispoConfig):
+def cispo_loss(logp, behav_logp, adv, mask, *, cfg: CispoConfig):
     """logp, behav_logp, mask: (N, T); adv: (N,). Returns ((N, T) loss, metrics)."""
     ratio = torch.exp(logp.detach() - behav_logp)  # (N, T)
     weight = ratio.clamp(min=cfg.eps_min, max=cfg.eps_max)  # sg(...) via detach above

@@ -1,4 +1,4 @@
-"""DAPO's decoupled clip (Yu et al. 2025; ScaleRL §3 alternative).
+"""DAPO's decoupled clip (Yu et al. 2025; arXiv 2510.13786 §3.2).
 
 Token-level PPO clip with asymmetric ε_low=0.2, ε_high=0.28 ("clip-higher");
 the paper found ε_high moves the asymptote A.
@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.config.errors import check
+from scalerl.core.errors import check
 from scalerl.losses.base import LossConfig
 from scalerl.losses.ppo_clip import ppo_clip_token_loss
 
 
 @dataclass
 class DapoConfig(LossConfig):
-    name: str = "dapo"
     eps_low: float = 0.2
     eps_high: float = 0.28
 
@@ -26,5 +25,5 @@ class DapoConfig(LossConfig):
         return f"min(ratio*A, clip(ratio, {1 - self.eps_low:g}, {1 + self.eps_high:g})*A)"
 
 
-def dapo_loss(logp, behav_logp, adv, mask, cfg: DapoConfig):
+def dapo_loss(logp, behav_logp, adv, mask, *, cfg: DapoConfig):
     return ppo_clip_token_loss(logp, behav_logp, adv, mask, cfg.eps_low, cfg.eps_high)

@@ -1,4 +1,4 @@
-"""GSPO (Zheng et al. 2025; ScaleRL §3 alternative): a sequence-level ratio.
+"""GSPO (Zheng et al. 2025; arXiv 2510.13786 §3.2): a sequence-level ratio.
 
 s_i = exp(mean_t(log π_θ(y_it) − log π_gen(y_it))) is the geometric mean of
 the token ratios, clipped with tiny ε (3e-3 low, 4e-3 high). We use the
@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from scalerl.config.errors import check
+from scalerl.core.errors import check
+from scalerl.core.lazy import torch
 from scalerl.losses.base import LossConfig, masked_mean
 
 
 @dataclass
 class GspoConfig(LossConfig):
-    name: str = "gspo"
     eps_low: float = 3e-3
     eps_high: float = 4e-3
 
@@ -40,7 +38,7 @@ def sequence_log_ratio(logp, behav_logp, mask):
     return ((logp - behav_logp) * m).sum(-1) / m.sum(-1).clamp(min=1)
 
 
-def gspo_loss(logp, behav_logp, adv, mask, cfg: GspoConfig):
+def gspo_loss(logp, behav_logp, adv, mask, *, cfg: GspoConfig):
     """logp, behav_logp, mask: (N, T); adv: (N,). Returns ((N, T) loss, metrics)."""
     s = torch.exp(sequence_log_ratio(logp.detach(), behav_logp, mask))  # (N,)
     s_tok = s[:, None] * torch.exp(logp - logp.detach())  # value s_i, grad of GSPO

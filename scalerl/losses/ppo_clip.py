@@ -1,8 +1,7 @@
 """The token-level PPO clipped surrogate shared by DAPO and GRPO."""
 from __future__ import annotations
 
-import torch
-
+from scalerl.core.lazy import torch
 from scalerl.losses.base import masked_mean
 
 

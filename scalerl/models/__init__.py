@@ -1,15 +1,19 @@
-"""Models (config group ``model``): where the policy's HF checkpoint comes from.
+"""Models (config group ``model``): where the policy's HF checkpoint comes from,
+and the policy built on it.
 
-``fn(cfg, task, cache_dir) -> Path`` returns a local HF checkpoint directory
-to load; ``tiny`` builds (and warm-starts) the embedded model offline and
-caches it by a hash of its config, ``hf`` points at any local checkpoint.
-Both are then loaded by the same ``load.load_checkpoint``. Must not know
-about losses or the training loop.
+An option is ``fn(cfg, cache_dir, *, log) -> Path`` (the ``PrepareFn``
+contract in ``base.py``): a local HF checkpoint directory to start from.
+``tiny`` builds the embedded model offline and caches it by a hash of its
+config; ``hf`` points at any local checkpoint. The supervised warm start, when
+``model.warmstart.enabled``, is part of building the run (``train/setup.py``),
+not of the option. Both are loaded by the same ``load.load_checkpoint``.
+``policy`` wraps the loaded model with the precision axis's heads.
+Must not know about losses, tasks or the training loop.
 """
-from scalerl.config.registry import Option
-from scalerl.models import hf, tiny_option
+from scalerl.core.option import Option
+from scalerl.models import hf, tiny
 
 MODELS: dict[str, Option] = {
-    "tiny": Option(tiny_option.TinyModelConfig, tiny_option.prepare_tiny),
+    "tiny": Option(tiny.TinyModelConfig, tiny.prepare_tiny),
     "hf": Option(hf.HFModelConfig, hf.prepare_hf),
 }

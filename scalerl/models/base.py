@@ -1,20 +1,20 @@
-"""Model config schemas shared by the ``model`` options."""
+"""The model contract and the config schemas shared by the ``model`` options."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import Callable, Optional, Protocol
 
-import torch
 from omegaconf import MISSING
 
-from scalerl.config.errors import check
+from scalerl.core.errors import check
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
 class WarmStartConfig:
-    """Supervised warm start so RL starts at a 10-20% pass rate (TINY_RL.md)."""
+    """Supervised warm start so RL starts at a 10-20% pass rate (docs/embedded.md)."""
 
     enabled: bool = True
     lr: float = 2e-3
@@ -25,7 +25,7 @@ class WarmStartConfig:
     eval_every: int = 10
     seed: int = 0
     threads: int = 1
-    """Fixed thread count so the cached warm start is bit-reproducible (TINY_RL.md)."""
+    """Fixed thread count so the cached warm start is bit-reproducible."""
 
     def __post_init__(self) -> None:
         check(self.lr > 0, "model.warmstart.lr", f"must be > 0, got {self.lr}")
@@ -36,6 +36,7 @@ class WarmStartConfig:
 @dataclass
 class ModelConfig:
     name: str = MISSING
+    """The option's registry key, written by the config store."""
     dtype: str = "auto"
     """Body compute dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16."""
     attn_implementation: Optional[str] = None
@@ -43,11 +44,10 @@ class ModelConfig:
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:
-        check(self.dtype == "auto" or self.dtype in DTYPES, "model.dtype", f"must be auto or one of {sorted(DTYPES)}, got {self.dtype!r}")
+        check(self.dtype == "auto" or self.dtype in DTYPES, "model.dtype", f"must be auto or one of {list(DTYPES)}, got {self.dtype!r}")
 
 
-def compute_dtype(name: str, device: torch.device) -> torch.dtype:
-    """The dtype follows the device unless set: bf16 on CUDA, fp32 elsewhere."""
-    if name != "auto":
-        return DTYPES[name]
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
+class PrepareFn(Protocol):
+    """The local checkpoint directory a run starts from (built and cached if needed)."""
+
+    def __call__(self, cfg: ModelConfig, cache_dir: Path, *, log: Callable[[str], None]) -> Path: ...

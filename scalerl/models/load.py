@@ -11,6 +11,13 @@ hf_logging.disable_progress_bar()  # per-arm logs stay readable
 hf_logging.set_verbosity_error()
 
 
+def compute_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``model.dtype`` as a torch dtype; auto follows the device: bf16 on CUDA, fp32 elsewhere."""
+    if name != "auto":
+        return getattr(torch, name)
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
 def load_checkpoint(
     path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

@@ -1,19 +1,17 @@
 """The policy: an HF causal LM body plus a precision-controlled LM head.
 
 Generator and trainer both go through ``Policy`` so that the precision axis
-(ScaleRL §3, "FP32 LM head in both generator and trainer") is applied
+(arXiv 2510.13786 §3.2, "FP32 LM head in both generator and trainer") is applied
 identically on both sides; only the head function differs per side.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-HeadFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+from scalerl.precision.base import HeadFn
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -78,13 +76,3 @@ class Policy:
         first = h_prompt[:, -1:].repeat_interleave(group, 0)  # last prompt position predicts token 0
         return self.logits(torch.cat([first, h[:, :-1]], dim=1), side="train")
 
-
-def linear_head(dtype: torch.dtype | None) -> HeadFn:
-    """LM head computed in ``dtype`` (None: the model's own dtype)."""
-
-    def head(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if dtype is None:
-            return F.linear(hidden, weight)
-        return F.linear(hidden.to(dtype), weight.to(dtype))
-
-    return head

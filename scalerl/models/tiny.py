@@ -1,35 +1,69 @@
-"""The embedded default model: a tiny Llama-style causal LM, built offline.
+"""``model=tiny``: the embedded default, a tiny Llama-style causal LM built offline.
 
 It is an ordinary Hugging Face checkpoint directory (``config.json``,
 ``model.safetensors``, tokenizer files), so it loads through exactly the same
-code path as any local checkpoint (see ``load.py``). Sizes follow
-``shared/TINY_RL.md``: a few layers of width 64-128 learn 3-digit addition by
-RL in CPU-minutes.
+code path as any local checkpoint (see ``load.py``). Its size follows our
+measurements on a 2-core CPU (docs/embedded.md): a few layers of width 64-128
+learn 3-digit addition by RL in CPU-minutes.
 """
 from __future__ import annotations
 
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from filelock import FileLock
 
+from scalerl.core.errors import check
+from scalerl.core.hashing import stable_hash
+from scalerl.core.lazy import torch, transformers
+from scalerl.models.base import ModelConfig
 from scalerl.models.tokenizer import build_char_tokenizer
 
 
-def build_tiny_checkpoint(
-    out_dir: str | Path,
-    *,
-    hidden_size: int,
-    num_layers: int,
-    num_heads: int,
-    intermediate_size: int,
-    max_position_embeddings: int,
-    seed: int,
-) -> Path:
+@dataclass
+class TinyModelConfig(ModelConfig):
+    hidden_size: int = 96
+    num_layers: int = 3
+    num_heads: int = 4
+    intermediate_size: int = 192
+    max_position_embeddings: int = 256
+    """Must cover prompt + budget + interruption phrase + answer budget."""
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.hidden_size % self.num_heads == 0, "model.hidden_size",
+              f"must be divisible by model.num_heads={self.num_heads}, got {self.hidden_size}")
+        check(self.num_layers > 0, "model.num_layers", f"must be > 0, got {self.num_layers}")
+
+    def build_kwargs(self) -> dict:
+        return dict(hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,
+                    intermediate_size=self.intermediate_size,
+                    max_position_embeddings=self.max_position_embeddings, seed=self.init_seed)
+
+
+def prepare_tiny(cfg: TinyModelConfig, cache_dir: Path, *, log=print) -> Path:
+    """Build the random-init checkpoint once, cached by a hash of its config."""
+    kw = cfg.build_kwargs()
+    base = Path(cache_dir) / f"tiny-{stable_hash(kw)}"
+    with FileLock(str(base) + ".lock"):
+        if not (base / "model.safetensors").exists():
+            log(f"[scalerl] building tiny model -> {base}")
+            tmp = base.with_name(base.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            build_tiny_checkpoint(tmp, **kw)
+            shutil.rmtree(base, ignore_errors=True)  # a partial copy from a killed build
+            tmp.rename(base)
+    return base
+
+
+def build_tiny_checkpoint(out_dir: str | Path, *, hidden_size: int, num_layers: int, num_heads: int,
+                          intermediate_size: int, max_position_embeddings: int, seed: int) -> Path:
     """Write a randomly initialised tiny Llama + char tokenizer to ``out_dir``."""
     out = Path(out_dir)
     tok = build_char_tokenizer()
-    config = LlamaConfig(
+    config = transformers.LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -44,7 +78,7 @@ def build_tiny_checkpoint(
         rope_theta=10000.0,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = transformers.LlamaForCausalLM(config)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     return out

@@ -1,11 +1,12 @@
-"""Numerical precision of the LM head (config group ``precision``), ScaleRL §3.
+"""Numerical precision of the LM head (config group ``precision``), arXiv 2510.13786 §3.2.
 
-``fn(cfg, compute_dtype) -> Heads(gen, train, body_dtype)``: which dtype the
-logits are computed in on the generator side and on the trainer side, and
-which dtype the model body runs in. The generator-vs-trainer log-prob
-mismatch is logged every step so this axis's effect is visible.
+``fn(compute_dtype, *, cfg) -> Heads(gen, train, body_dtype)`` (the ``HeadsFn``
+contract in ``base.py``): which dtype the logits are computed in on the
+generator side and on the trainer side, and which dtype the model body runs
+in. The generator-vs-trainer log-prob mismatch is logged every step so this
+axis's effect is visible.
 """
-from scalerl.config.registry import Option
+from scalerl.core.option import Option
 from scalerl.precision import bf16, fp32, fp32_head
 
 PRECISIONS: dict[str, Option] = {

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from scalerl.models.policy import linear_head
-from scalerl.precision.base import Heads, PrecisionConfig
+from scalerl.core.lazy import torch
+from scalerl.precision.base import Heads, PrecisionConfig, linear_head
 
 
 @dataclass
 class Bf16Config(PrecisionConfig):
-    name: str = "bf16"
+    pass
 
 
-def bf16_heads(cfg: Bf16Config, compute_dtype: torch.dtype) -> Heads:
+def bf16_heads(compute_dtype, *, cfg: Bf16Config) -> Heads:
     head = linear_head(torch.bfloat16)
     return Heads(gen=head, train=head, body_dtype=None)

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from scalerl.models.policy import linear_head
-from scalerl.precision.base import Heads, PrecisionConfig
+from scalerl.core.lazy import torch
+from scalerl.precision.base import Heads, PrecisionConfig, linear_head
 
 
 @dataclass
 class Fp32Config(PrecisionConfig):
-    name: str = "fp32"
+    pass
 
 
-def fp32_heads(cfg: Fp32Config, compute_dtype: torch.dtype) -> Heads:
+def fp32_heads(compute_dtype, *, cfg: Fp32Config) -> Heads:
     head = linear_head(torch.float32)
     return Heads(gen=head, train=head, body_dtype=torch.float32)

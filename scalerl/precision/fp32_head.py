@@ -1,4 +1,4 @@
-"""FP32 LM head (the ScaleRL choice, §3, from MiniMax-M1): logits computed in
+"""FP32 LM head (the ScaleRL choice, arXiv 2510.13786 §3.2, from MiniMax-M1): logits computed in
 fp32 in both generator and trainer, the body in the compute dtype. On the
 paper's baseline this raised A from 0.52 to 0.61; one side only helped
 partially, hence the two switches."""
@@ -6,21 +6,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from scalerl.models.policy import linear_head
-from scalerl.precision.base import Heads, PrecisionConfig
+from scalerl.core.lazy import torch
+from scalerl.precision.base import Heads, PrecisionConfig, linear_head
 
 
 @dataclass
 class Fp32HeadConfig(PrecisionConfig):
-    name: str = "fp32_head"
     generator: bool = True
     """fp32 head on the generator side (else bf16 logits there)."""
     trainer: bool = True
     """fp32 head on the trainer side (else bf16 logits there)."""
 
 
-def fp32_head_heads(cfg: Fp32HeadConfig, compute_dtype: torch.dtype) -> Heads:
+def fp32_head_heads(compute_dtype, *, cfg: Fp32HeadConfig) -> Heads:
     pick = lambda on: linear_head(torch.float32 if on else torch.bfloat16)
     return Heads(gen=pick(cfg.generator), train=pick(cfg.trainer), body_dtype=None)

@@ -2,7 +2,7 @@
 
 ``042+517=`` -> ``0559``. A mix of problem kinds gives the tiny model a
 natural ceiling below 100%: additions are learnable by RL on CPU
-(``shared/TINY_RL.md``), multiplications mostly are not, so the held-out pass
+(docs/embedded.md), multiplications mostly are not, so the held-out pass
 rate bends and plateaus like the paper's curves instead of running to 1.
 The train pool and the held-out split are fixed by ``task.data_seed`` and
 disjoint; the warm start samples fresh problems outside the held-out split.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from scalerl.core.errors import check
 from scalerl.tasks.base import Problem, TaskConfig, TaskData
 from scalerl.tasks.rewards import exact_match_reward
 
@@ -27,7 +28,6 @@ KINDS: dict[str, tuple[str, int, int]] = {
 
 @dataclass
 class ArithConfig(TaskConfig):
-    name: str = "arith"
     mix: dict[str, float] = field(default_factory=lambda: {"add3": 0.75, "mul2": 0.25})
     """Problem kinds and their weights (kinds: add2, add3, add4, mul1, mul2)."""
     n_train: int = 16384
@@ -39,8 +39,6 @@ class ArithConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from scalerl.config.errors import check
-
         unknown = set(self.mix) - set(KINDS)
         check(not unknown, "task.mix", f"unknown kinds {sorted(unknown)}; choose from {sorted(KINDS)}")
         check(self.mix and all(w >= 0 for w in self.mix.values()) and sum(self.mix.values()) > 0,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 from omegaconf import MISSING
 
@@ -17,6 +17,7 @@ class Problem:
 @dataclass
 class TaskConfig:
     name: str = MISSING
+    """The option's registry key, written by the config store."""
 
     def __post_init__(self) -> None:
         pass
@@ -33,3 +34,9 @@ class TaskData:
     reward: RewardFn
     sft_stream: Callable[[int], Iterator[Problem]]
     """seed -> infinite iterator of supervised warm-start problems."""
+
+
+class BuildTaskFn(Protocol):
+    """A task's config -> its data: train pool, held-out split, reward."""
+
+    def __call__(self, cfg: TaskConfig) -> TaskData: ...

@@ -1,5 +1,5 @@
 """Pure reward functions. A completion is graded on its answer part: the text
-after the last ``</think>`` if any (ScaleRL §2 strips the thinking before
+after the last ``</think>`` if any (arXiv 2510.13786 §2 strips the thinking before
 grading), with the EOS marker and surrounding whitespace removed."""
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Training: the one RL loop (``loop.train``) and the helpers it calls.
 
-Owns rollout, evaluation, the policy update, compute accounting,
-checkpoints, metrics files and the supervised warm start. Design-axis
-behaviour comes only from the registries (``LOSSES[...]`` etc.), never from
-``if name == ...`` branches here. Must not know about Hydra launchers.
+Owns building a run (``setup``, including the supervised warm start), rollout,
+evaluation, the policy update, compute accounting, checkpoints and progress.
+Design-axis behaviour comes only from the run's recipe (``scalerl.registry``),
+never from ``if name == ...`` branches or registry lookups here. Must not know
+about Hydra or launchers.
 """

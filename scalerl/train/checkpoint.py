@@ -1,6 +1,8 @@
-"""Atomic checkpoints: model, optimizer, sampler, RNG and run counters.
+"""Atomic checkpoints: model, optimizer, scheduler, prompt sampler and run counters.
 
-Written to a temp file then renamed, so a kill mid-save leaves the previous
+No RNG state is stored: every step's sampling seed is derived from (seed, rank,
+step), so a resumed run draws exactly what it would have drawn. Written to a
+temp file then renamed, so a kill mid-save leaves the previous
 checkpoint intact; an unreadable newest checkpoint falls back to the one
 before. A checkpoint is refused if any parameter is non-finite.
 """

@@ -18,7 +18,6 @@ import torch.distributed as dist
 class Dist:
     rank: int = 0
     world: int = 1
-    local_rank: int = 0
 
     @property
     def main(self) -> bool:
@@ -43,13 +42,6 @@ class Dist:
             for p in params:
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
-
-    def broadcast_object(self, obj):
-        if self.world == 1:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -91,7 +83,7 @@ def init_distributed(device_type: str) -> Dist:
         return Dist()
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    return Dist(rank=dist.get_rank(), world=dist.get_world_size())
 
 
 def shutdown(d: Dist) -> None:

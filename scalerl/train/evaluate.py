@@ -1,7 +1,7 @@
 """Held-out evaluation: the y-axis of every scaling curve.
 
 Pass rate = mean reward over ``eval_samples`` samples of every held-out
-prompt at the training temperature (PAPER.md §1: 1,000 prompts x 16 samples).
+prompt at the training temperature (arXiv 2510.13786 §2: 1,000 prompts x 16 samples).
 It uses its own RNG seeded by (seed, step), so evaluating never perturbs the
 training trajectory and a resumed run re-evaluates identically.
 """

@@ -3,15 +3,15 @@
 Per step (synchronous; PipelineRL asynchrony is a separate axis to come):
   rollout    sample G completions for each of the step's prompts, recording
              per-token behaviour log-probs, and score them with the task reward
-  filter     keep mask over prompt groups (``FILTERS``), NPR bookkeeping
-  advantages group-centred, scaled by ``ADV_NORMS``
-  update     per-token loss (``LOSSES``), reduced by ``AGGREGATIONS``, AdamW
-             step per minibatch
+  filter     keep mask over prompt groups (``recipe.keep``), NPR bookkeeping
+  advantages group-centred, scaled by ``recipe.advantages``
+  update     per-token loss (``recipe.loss``), reduced by ``recipe.aggregate``,
+             an AdamW step per minibatch
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
   eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
 
-Deviations from the paper's setup (PAPER.md §2), on purpose:
+Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
 - no asynchrony yet (PipelineRL-8 is the ScaleRL choice);
 - eval every ``eval_every`` steps instead of every 100 (tiny runs are short);
 - rewards are {0, 1}, not ±1 (advantage normalization makes them equivalent
@@ -19,23 +19,21 @@ Deviations from the paper's setup (PAPER.md §2), on purpose:
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import torch
 
-from scalerl.adv_norm import ADV_NORMS
 from scalerl.config.derive import derive
-from scalerl.filters import FILTERS
-from scalerl.loggers import LOGGERS
+from scalerl.core.jsonio import JsonlFile
 from scalerl.train.checkpoint import load_latest, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.progress import Progress
-from scalerl.train.records import MetricsFile
 from scalerl.train.rollout import encode_phrase, rollout
-from scalerl.train.setup import build_run, pick_device, prepare_checkpoint, resolve_threads
+from scalerl.train.setup import build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
 
@@ -55,12 +53,10 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
     G, per_rank = cfg.batch.generations, derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
-    keep_fn = FILTERS[cfg.filter.name].fn
-    refill_rounds = cfg.filter.max_refill_rounds if cfg.filter.refill else 0  # DAPO dynamic sampling
     devices = cfg.train.gpus or dist.world  # device-hours = wall x devices
-    gen_kw = dict(generator=r.generator, tok=r.tok, length_cfg=cfg.length, temperature=cfg.train.temperature,
-                  device=device)
-    metrics, steps_log = MetricsFile(run_dir / "metrics.jsonl"), MetricsFile(run_dir / "steps.jsonl")
+    gen_kw = dict(generator=r.generator, tok=r.tok, plan_lengths=r.recipe.plan_lengths,
+                  max_new_tokens=cfg.length.max_new_tokens, temperature=cfg.train.temperature, device=device)
+    metrics, steps_log = JsonlFile(run_dir / "metrics.jsonl"), JsonlFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
              "nan_skips": 0, "nan_streak": 0, "truncation_alarms": 0, "wandb_id": None,
              "window": []}  # per-step stats since the last eval, averaged into its row
@@ -76,7 +72,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     if dist.main:  # rows written after the checkpoint will be re-done, exactly
         metrics.truncate_after(state["step"] if ckpt is not None else -1)
         steps_log.truncate_after(state["step"] if ckpt is not None else -1)
-    logger = LOGGERS[cfg.logger.name].fn(cfg.logger) if dist.main else None
+    logger = build_logger(cfg) if dist.main else None
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
         (run_dir / "derived.json").write_text(_json(derived.to_dict() | {"n_params": r.n_params, "threads": threads}))
@@ -109,16 +105,17 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         rng = torch.Generator().manual_seed(_seed(cfg.seed, dist.rank, step))
         # -------------------------------------------------------------- rollout
         step_prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
-        ro = rollout(step_prompts[mine], r.task, group=G, keep_fn=keep_fn, refill_rounds=refill_rounds,
+        ro = rollout(step_prompts[mine], r.task, group=G, keep_fn=r.recipe.keep, refill_rounds=r.recipe.refill_rounds,
                      sampler=r.sampler, rng=rng, **gen_kw)
         rewards, correct = dist.all_cat(ro.rewards), dist.all_cat(ro.correct)  # (P, G) whole batch
         # ------------------------------------------------ filter + advantages
-        keep = keep_fn(rewards)  # (P,)
-        adv = ADV_NORMS[cfg.adv_norm.name].fn(rewards, keep, cfg.adv_norm)  # (P, G)
+        keep = r.recipe.keep(rewards)  # (P,)
+        adv = r.recipe.advantages(rewards, keep)  # (P, G)
         prompt_index = ro.prompt_index if dist.world == 1 else step_prompts
         r.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
         # --------------------------------------------------------------- update
-        upd = policy_update(r.policy, r.optimizer, r.params, ro, adv[mine], keep[mine], cfg, dist)
+        upd = policy_update(r.policy, r.optimizer, r.params, ro, adv[mine], keep[mine], r.recipe,
+                            minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip, dist=dist)
         r.scheduler.step()
         r.generator.version = step
         # -------------------------------------------------------------- account
@@ -175,7 +172,7 @@ def _alarms(stats: dict, state: dict, cfg, say, dist) -> None:
     if stats["truncation_rate"] > cfg.length.alarm:
         state["truncation_alarms"] += 1
         say(f"[scalerl] ALARM step {state['step']}: truncation rate {stats['truncation_rate']:.1%} > "
-            f"length.alarm={cfg.length.alarm:.0%} (PAPER.md §3: 10-15% destabilized training)")
+            f"length.alarm={cfg.length.alarm:.0%} (arXiv 2510.13786 §3.2: 10-15% destabilized training)")
     stats["alarm_truncation"] = int(stats["truncation_rate"] > cfg.length.alarm)
 
 
@@ -200,6 +197,4 @@ def _mean(rows: list[dict]) -> dict:
 
 
 def _json(obj) -> str:
-    import json
-
     return json.dumps(obj, indent=2, default=str)

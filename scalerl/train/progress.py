@@ -12,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from scalerl.train.records import write_json_atomic
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
+
+from scalerl.core.jsonio import write_json_atomic
 
 
 class Progress:
@@ -24,8 +27,6 @@ class Progress:
         self.pass_rate = None
         self.bar = None
         if enabled and sys.stdout.isatty() and not os.environ.get("SCALERL_NO_BAR"):
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
-
             self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                            TextColumn("pass {task.fields[pr]}"), TimeRemainingColumn(), transient=False)
             self.task = self.bar.add_task(name[:40], total=total, completed=start, pr="-")

@@ -1,8 +1,9 @@
 """Rollout: draw prompts, sample G completions each, score them.
 
 Returns everything the update needs, for this rank's shard of the step's
-prompts. The only axis-specific behaviour is delegated: the length plan
-(``LENGTHS``), the keep mask and refill policy (``FILTERS``).
+prompts. The only axis-specific behaviour comes from the run's recipe: the
+length plan (``recipe.plan_lengths``), the keep mask and the refill rounds
+(``recipe.keep``, ``recipe.refill_rounds``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import torch
 
 from scalerl.generation import Generation, SamplingParams
 from scalerl.generation.torch_sampler import left_pad
-from scalerl.length import LENGTHS
 
 
 @dataclass
@@ -32,7 +32,6 @@ class Rollout:
     gen_tokens: int
     """Tokens the generator processed: each prompt once (shared prefill) plus every
     generated token, refill rounds included."""
-    texts: list[str]
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -57,13 +56,13 @@ def decode_completions(tok, gen: Generation) -> list[str]:
     return tok.batch_decode(rows, skip_special_tokens=False)
 
 
-def sample_and_score(problems, index, group: int, *, generator, tok, task, length_cfg, temperature, rng,
-                     device) -> Rollout:
+def sample_and_score(problems, index, group: int, *, generator, tok, task, plan_lengths, max_new_tokens: int,
+                     temperature, rng, device) -> Rollout:
     """Generate ``group`` completions for each problem and grade them."""
     prompts = [encode_prompt(tok, p.prompt) for p in problems]
-    plan = LENGTHS[length_cfg.name].fn(length_cfg, len(prompts) * group, rng)
+    plan = plan_lengths(len(prompts) * group, rng)
     params = SamplingParams(
-        max_new_tokens=length_cfg.max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
         temperature=temperature, n=group, interrupt_at=plan.interrupt_at,
         force_ids=encode_phrase(tok, plan.phrase), answer_budget=plan.answer_budget,
     )
@@ -75,7 +74,7 @@ def sample_and_score(problems, index, group: int, *, generator, tok, task, lengt
     if plan.penalty is not None:  # DAPO overlong penalty: correct answers only
         rewards = rewards + plan.penalty(gen.lengths.cpu().float()).view_as(correct) * (correct > 0)
     ids, mask = left_pad(prompts, tok.pad_token_id, device)
-    return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()), texts)
+    return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()))
 
 
 def encode_phrase(tok, phrase: str) -> list[int]:
@@ -106,15 +105,13 @@ def replace_groups(ro: Rollout, slots: list[int], fresh: Rollout) -> Rollout:
     rows = [s * group + g for s in slots for g in range(group)]
     gen = Generation(**{f.name: _put(getattr(ro.gen, f.name), getattr(fresh.gen, f.name), rows)
                         for f in dataclasses.fields(Generation)})
-    texts, index = list(ro.texts), list(ro.prompt_index)
-    for j, r in enumerate(rows):
-        texts[r] = fresh.texts[j]
+    index = list(ro.prompt_index)
     for j, s in enumerate(slots):
         index[s] = fresh.prompt_index[j]
     return Rollout(index, _put(ro.prompt_ids, fresh.prompt_ids, slots, left=True),
                    _put(ro.prompt_mask, fresh.prompt_mask, slots, left=True), gen,
                    _put(ro.correct, fresh.correct, slots), _put(ro.rewards, fresh.rewards, slots),
-                   ro.gen_tokens + fresh.gen_tokens, texts)
+                   ro.gen_tokens + fresh.gen_tokens)
 
 
 def _put(old: torch.Tensor, new: torch.Tensor, idx: list[int], left: bool = False) -> torch.Tensor:

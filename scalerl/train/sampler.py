@@ -1,9 +1,8 @@
 """The train-prompt stream: shuffled epochs, with No-Positive-Resampling.
 
-Its whole state (permutation, position, epoch, pass-rate history, retired
-set) goes into checkpoints, so a resumed run draws exactly the prompts it
-would have drawn (resume bugs at epoch boundaries are a known peer pain,
-PAPER.md §5).
+Its whole state (permutation, position, epoch, retired set) goes into
+checkpoints, so a resumed run draws exactly the prompts it would have drawn
+(resume bugs at epoch boundaries are a common pain in RL frameworks).
 """
 from __future__ import annotations
 
@@ -12,18 +11,16 @@ from typing import Optional
 
 import torch
 
-from scalerl.filters.zero_variance_npr import retire_mask
-
 
 class PromptSampler:
-    def __init__(self, n: int, seed: int, npr_threshold: Optional[float] = None):
+    def __init__(self, n: int, seed: int, retire_at: Optional[float] = None):
         self.n = n
         self.seed = seed
-        self.npr_threshold = npr_threshold
+        self.retire_at = retire_at
+        """No-Positive-Resampling: prompts whose pass rate is >= this are retired (None: never)."""
         self.epoch = 0
         self.pos = 0
         self.drawn = 0
-        self.last_pass: dict[int, float] = {}
         self.retired: set[int] = set()
         self.order = self._permutation()
 
@@ -54,27 +51,26 @@ class PromptSampler:
         return self.drawn / self.n
 
     def record(self, indices: list[int], pass_rates: torch.Tensor) -> int:
-        """Store each prompt's latest pass rate; retire (NPR) those reaching the threshold.
+        """Retire (NPR) the prompts whose pass rate this step reached ``retire_at``.
 
         Returns the number of newly retired prompts.
         """
-        retire = retire_mask(pass_rates, self.npr_threshold) if self.npr_threshold is not None else None
+        if self.retire_at is None:
+            return 0
         new = 0
-        for j, i in enumerate(indices):
-            self.last_pass[i] = float(pass_rates[j])
-            if retire is not None and bool(retire[j]) and i not in self.retired:
+        for i, rate in zip(indices, pass_rates.tolist()):
+            if rate >= self.retire_at and i not in self.retired:
                 self.retired.add(i)
                 new += 1
         return new
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "pos": self.pos, "drawn": self.drawn, "order": list(self.order),
-                "last_pass": dict(self.last_pass), "retired": sorted(self.retired), "n": self.n, "seed": self.seed}
+                "retired": sorted(self.retired), "n": self.n, "seed": self.seed}
 
     def load_state_dict(self, s: dict) -> None:
         if s["n"] != self.n:
             raise ValueError(f"checkpoint sampler has {s['n']} train prompts, this run has {self.n}: task config changed")
         self.epoch, self.pos, self.drawn = s["epoch"], s["pos"], s["drawn"]
         self.order = list(s["order"])
-        self.last_pass = {int(k): float(v) for k, v in s["last_pass"].items()}
         self.retired = set(s["retired"])

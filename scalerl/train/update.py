@@ -1,5 +1,5 @@
-"""The policy update: per-token loss (``LOSSES``), reduction
-(``AGGREGATIONS``), backward, gradient sync and an AdamW step per minibatch.
+"""The policy update: per-token loss (``recipe.loss``), reduction
+(``recipe.aggregate``), backward, gradient sync and an AdamW step per minibatch.
 
 A non-finite loss or gradient norm skips that minibatch's optimizer step (the
 parameters stay finite, so a checkpoint can never contain NaN) and is
@@ -11,8 +11,6 @@ import math
 
 import torch
 
-from scalerl.aggregation import AGGREGATIONS
-from scalerl.losses import LOSSES
 from scalerl.losses.base import masked_mean
 from scalerl.models.policy import token_entropy, token_logprobs
 
@@ -24,15 +22,16 @@ def minibatch_groups(keep: torch.Tensor, n_minibatches: int) -> list[list[int]]:
     return [kept[i * size : (i + 1) * size] for i in range(n_minibatches)]
 
 
-def policy_update(policy, optimizer, params, ro, adv, keep, cfg, dist) -> dict:
+def policy_update(policy, optimizer, params, ro, adv, keep, recipe, *, minibatches: int, grad_clip: float,
+                  dist) -> dict:
     """Train on this rank's rollout ``ro``. adv: (P, G); keep: (P,) bool."""
     group = ro.correct.shape[1]
     adv_rows = adv.flatten()  # (P*G,)
     done: list[dict] = []
     nonfinite, train_tokens = 0, 0
-    for groups in minibatch_groups(keep, cfg.batch.minibatches):
+    for groups in minibatch_groups(keep, minibatches):
         rows = torch.tensor([g * group + j for g in groups for j in range(group)], dtype=torch.long)
-        loss, metrics, units = _minibatch_loss(policy, ro, adv_rows, groups, rows, group, cfg)
+        loss, metrics, units = _minibatch_loss(policy, ro, adv_rows, groups, rows, group, recipe)
         global_units = dist.all_sum(torch.tensor([float(units)])).item()
         if global_units == 0:
             continue
@@ -43,7 +42,7 @@ def policy_update(policy, optimizer, params, ro, adv, keep, cfg, dist) -> dict:
         if ok:
             scaled.backward()
             dist.sum_grads(params)
-            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
+            gnorm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
             ok = bool(torch.isfinite(gnorm))
         if not ok:
             optimizer.zero_grad(set_to_none=True)
@@ -61,7 +60,7 @@ def policy_update(policy, optimizer, params, ro, adv, keep, cfg, dist) -> dict:
     return out
 
 
-def _minibatch_loss(policy, ro, adv_rows, groups, rows, group, cfg):
+def _minibatch_loss(policy, ro, adv_rows, groups, rows, group, recipe):
     if len(rows) == 0:  # this rank has nothing to train on; still joins the collectives
         zero = sum(p.sum() for p in policy.model.parameters()) * 0.0
         return zero, {}, 0
@@ -69,8 +68,8 @@ def _minibatch_loss(policy, ro, adv_rows, groups, rows, group, cfg):
     logits = policy.completion_logits(ro.prompt_ids[groups], ro.prompt_mask[groups], tokens, present.long(), group=group)
     logp = token_logprobs(logits, tokens)  # (n, T)
     behav = ro.gen.logprobs[rows]
-    tok_loss, m = LOSSES[cfg.loss.name].fn(logp, behav, adv_rows[rows], sampled, cfg.loss)
-    loss, units = AGGREGATIONS[cfg.aggregation.name].fn(tok_loss, sampled, group)
+    tok_loss, m = recipe.loss(logp, behav, adv_rows[rows], sampled)
+    loss, units = recipe.aggregate(tok_loss, sampled, group)
     with torch.no_grad():
         dlogp = logp.detach() - behav
         metrics = {

@@ -1,8 +1,8 @@
 """Supervised warm start, cached on disk by a hash of its config.
 
-RL needs a policy that sometimes succeeds: TINY_RL.md measured that a 4%
-start wastes most of the compute on groups without signal, while 10-15%
-learns at once. We fit the answer tokens of fresh problems (never the
+RL needs a policy that sometimes succeeds: on the embedded task a 4% start
+wastes most of the compute on groups without signal, while 10-15% learns at
+once (docs/embedded.md). We fit the answer tokens of fresh problems (never the
 held-out split) until the sampled held-out pass rate reaches the target.
 The thread count is fixed, so the cached checkpoint is reproducible.
 """
@@ -17,22 +17,28 @@ import torch
 from filelock import FileLock
 
 from scalerl.generation import TorchGenerator
-from scalerl.length.truncate import TruncateConfig
+from scalerl.length.base import LengthPlan
 from scalerl.models.load import load_checkpoint
-from scalerl.models.policy import Policy, linear_head, token_logprobs
+from scalerl.models.policy import Policy, token_logprobs
+from scalerl.precision.base import linear_head
 from scalerl.train.distributed import Dist
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.rollout import encode_prompt
 
 
-def cached_warm_start(src: Path, dst: Path, model_cfg, task, log=print) -> Path:
+def no_length_control(n: int, rng) -> LengthPlan:
+    """Plain truncation at the budget: the warm start's answers are short."""
+    return LengthPlan()
+
+
+def cached_warm_start(src: Path, dst: Path, cfg, task, log=print) -> Path:
     """Warm-start ``src`` into ``dst`` unless a finished copy is already there."""
     with FileLock(str(dst) + ".lock"):
         if (dst / "warmstart.json").exists():
             return dst
         tmp = dst.with_name(dst.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        info = warm_start(src, tmp, model_cfg.warmstart, task, log=log)
+        info = warm_start(src, tmp, cfg, task, log=log)
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
         shutil.rmtree(dst, ignore_errors=True)
         tmp.rename(dst)
@@ -68,7 +74,7 @@ def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
         gen = TorchGenerator(policy, device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
         stream = task.sft_stream(cfg.seed)
-        budget = TruncateConfig(max_new_tokens=max(len(p.answer) for p in task.heldout) + 2)
+        budget = max(len(p.answer) for p in task.heldout) + 2
         t0, rate, step = time.time(), 0.0, 0
         log(f"[scalerl] warm start: SFT until held-out pass rate >= {cfg.target_pass_rate} -> {dst}")
         for step in range(1, cfg.max_steps + 1):
@@ -81,7 +87,8 @@ def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
             if step % cfg.eval_every == 0:
                 model.eval()
                 rate = heldout_pass_rate(task, samples=1, seed=cfg.seed, step=step, dist=Dist(), generator=gen,
-                                         tok=tok, length_cfg=budget, temperature=1.0, device=device)["pass_rate"]
+                                         tok=tok, plan_lengths=no_length_control, max_new_tokens=budget,
+                                         temperature=1.0, device=device)["pass_rate"]
                 model.train()
                 log(f"[scalerl] warm start step {step}: loss {loss.item():.3f}, pass rate {rate:.3f} ({time.time() - t0:.0f}s)")
                 if rate >= cfg.target_pass_rate:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyze_sweep
+from analysis import FitOptions, analyze_sweep
 from analysis.__main__ import main
 from analysis.cli import build_parser
 from analysis.synthetic import synthetic_sweep
@@ -57,7 +57,8 @@ def test_extrapolate_command(sweep, tmp_path, capsys):
 
 
 def test_analyze_sweep_is_quiet_and_survives_failed_and_short_runs(sweep, tmp_path, capsys):
-    board = analyze_sweep(sweep, tmp_path / "q", n_boot=5, quiet=True, plots="none")
+    # the keyword form scalerl.launch uses at the end of a sweep
+    board = analyze_sweep(sweep, tmp_path / "q", options=FitOptions(n_boot=5), quiet=True, plots="none")
     assert capsys.readouterr().out == ""
     assert len(board) == 8                                    # 6 runs + 2 arm rows
     assert (tmp_path / "q" / "leaderboard.csv").exists()

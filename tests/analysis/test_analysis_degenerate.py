@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.baseline import fit_power_law
-from analysis.fit import STATUSES, fit_sigmoid
+from analysis.fit import METHODS, STATUSES, FitOptions, fit_sigmoid
 from analysis.leaderboard import format_leaderboard, leaderboard
 from analysis.plots import plot_run
 from analysis.synthetic import simulate_curve
@@ -14,7 +14,7 @@ C = np.concatenate([[0.0], np.linspace(100, 10000, 60)])
 
 
 def status_of(compute, reward, **kw):
-    fit = fit_sigmoid(compute, reward, n_boot=20, **kw)
+    fit = fit_sigmoid(compute, reward, FitOptions(n_boot=20, **kw))
     assert fit.status in STATUSES
     return fit
 
@@ -57,10 +57,9 @@ def test_nan_points_are_dropped_and_reported():
     assert fit.n_dropped == 4 and "nan_dropped" in fit.flags
 
 
-def test_mismatched_lengths_and_bad_options_fail_softly():
+def test_mismatched_lengths_fail_softly():
     assert status_of([1.0, 2.0], [0.1]).status == "fit_failed"
-    assert status_of(C, np.linspace(0.3, 0.6, C.size), min_compute="a lot").status == "fit_failed"
-    assert fit_sigmoid(C, C, method="magic").status == "fit_failed"
+    assert fit_sigmoid(C, C, epoch=[1.0]).status == "fit_failed"
 
 
 def test_r0_at_the_ceiling_is_flat():
@@ -77,7 +76,7 @@ def test_degenerate_runs_show_their_status_on_the_leaderboard():
     rows = [("flat", C, np.full(C.size, 0.4)), ("down", C, np.linspace(0.5, 0.2, C.size)),
             ("tiny", C[:3], [0.3, 0.31, 0.32]), ("zeros", C, np.zeros(C.size))]
     points = pd.concat([pd.DataFrame({"run": r, "compute": c, "reward": y}) for r, c, y in rows])
-    board = leaderboard(points, n_boot=10)
+    board = leaderboard(points, options=FitOptions(n_boot=10))
     assert dict(zip(board["run"], board["status"])) == {
         "flat": "flat", "down": "decreasing", "tiny": "too_few_points", "zeros": "flat"}
     assert board["rank"].isna().all()
@@ -91,11 +90,12 @@ finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=3
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(finite_or_not, finite_or_not), max_size=25),
-       st.sampled_from(["closed_form", "paper_grid"]))
+       st.sampled_from(list(METHODS)))
 def test_any_curve_returns_a_status_and_never_raises(pairs, method):
     compute = [p[0] for p in pairs]
     reward = [p[1] for p in pairs]
-    fit = fit_sigmoid(compute, reward, n_boot=5, method=method if len(pairs) < 12 else "closed_form")
+    method = method if len(pairs) < 12 else "closed_form"      # paper_grid is slow
+    fit = fit_sigmoid(compute, reward, FitOptions(n_boot=5, method=method))
     assert fit.status in STATUSES
     assert fit.report()                                   # always printable
     assert fit_power_law(compute, reward).status in STATUSES
@@ -106,7 +106,7 @@ def test_any_curve_returns_a_status_and_never_raises(pairs, method):
 @given(st.lists(st.floats(0.0, 1.0), min_size=5, max_size=40))
 def test_any_bounded_reward_sequence_fits_within_bounds(reward):
     compute = np.arange(len(reward), dtype=float)          # step 0 is R0
-    fit = fit_sigmoid(compute, reward, n_boot=5)
+    fit = fit_sigmoid(compute, reward, FitOptions(n_boot=5))
     assert fit.status in STATUSES
     if fit.fitted:
         assert fit.R0 - 1e-12 <= fit.A <= 1.0 + 1e-12      # A in [R0, 1]

@@ -4,10 +4,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from analysis.fit import FitOptions
 from analysis.leaderboard import format_leaderboard, leaderboard
 from analysis.models import sigmoid
 
 C = np.concatenate([[0.0], np.linspace(250.0, 10000.0, 80)])
+POINT = FitOptions(n_boot=0)          # point fits only
 
 
 def run(name, A, B=2.0, C_mid=2500.0, R0=0.3, compute=C, **cols):
@@ -20,7 +22,7 @@ def table(*frames):
 
 
 def test_ranks_by_a_when_a_values_are_apart():
-    board = leaderboard(table(run("low", 0.50), run("high", 0.70), run("mid", 0.60)), n_boot=0)
+    board = leaderboard(table(run("low", 0.50), run("high", 0.70), run("mid", 0.60)), options=POINT)
     assert board["run"].tolist() == ["high", "mid", "low"]
     assert board["rank"].tolist() == [1, 2, 3]
     assert (board["rank_basis"] == "A").all() and board["tie_group"].isna().all()
@@ -29,21 +31,21 @@ def test_ranks_by_a_when_a_values_are_apart():
 def test_tie_rule_orders_close_a_values_by_b_at_their_common_a():
     # A 0.610 vs 0.600 are within the paper's 0.02: refit both at A = 0.605, compare B
     points = table(run("flatter", 0.610, B=1.5), run("steeper", 0.600, B=2.5))
-    board = leaderboard(points, n_boot=0)
+    board = leaderboard(points, options=POINT)
     assert board["run"].tolist() == ["steeper", "flatter"]
     assert board["tie_group"].tolist() == [1, 1]
     assert board["A_common"].tolist() == pytest.approx([0.605, 0.605])
     b = dict(zip(board["run"], board["B_common"]))
     assert b["steeper"] > 2.0 > 1.7 > b["flatter"]
     # with a margin below their gap, A decides
-    assert leaderboard(points, n_boot=0, margin=0.005)["run"].tolist() == ["flatter", "steeper"]
+    assert leaderboard(points, options=POINT, margin=0.005)["run"].tolist() == ["flatter", "steeper"]
 
 
 def test_target_compute_ranks_by_predicted_reward_at_the_budget():
     long_c = np.concatenate([[0.0], np.linspace(1000.0, 80000.0, 80)])
     points = table(run("fast", 0.60, B=2.0, C_mid=1000.0, compute=long_c),
                    run("slow", 0.70, B=2.0, C_mid=20000.0, compute=long_c))
-    board = leaderboard(points, n_boot=50, target_compute=2000.0).set_index("run")
+    board = leaderboard(points, options=FitOptions(n_boot=50), target_compute=2000.0).set_index("run")
     assert board.loc["slow", "rank"] == 1 and board.loc["fast", "rank"] == 2
     # by hand: fast: 0.3 + 0.3 / (1 + (1000/2000)^2) = 0.54;  slow: 0.3 + 0.4 / (1 + 10^2) = 0.30396
     assert board.loc["fast", "pred_target"] == pytest.approx(0.54, abs=1e-6)
@@ -55,7 +57,7 @@ def test_target_compute_ranks_by_predicted_reward_at_the_budget():
 def test_seeds_of_an_arm_are_ranked_together_with_the_pooled_seed_spread():
     seeds = [run(f"cispo-s{i}", A, seed=i, loss="cispo") for i, A in enumerate((0.60, 0.61, 0.62))]
     seeds += [run(f"dapo-s{i}", A, seed=i, loss="dapo") for i, A in enumerate((0.50, 0.51, 0.52))]
-    board = leaderboard(table(*seeds), n_boot=0)
+    board = leaderboard(table(*seeds), options=POINT)
     arm = board[board["level"] == "arm"].set_index("loss")
     assert arm.loc["cispo", "A"] == pytest.approx(0.61, abs=1e-6)
     assert arm.loc["cispo", "A_seed_sd"] == pytest.approx(0.01, abs=1e-6)
@@ -76,7 +78,7 @@ def test_failed_and_unidentified_runs_are_listed_after_ranked_ones():
     unid["reward"] += np.r_[0, rng.normal(0, 0.004, 40)]
     failed = pd.DataFrame({"run": ["crashed"], "compute": [np.nan], "reward": [np.nan],
                            "run_status": ["failed"], "error": ["NCCL timeout"]})
-    board = leaderboard(table(run("good", 0.55), unid, failed), n_boot=100)
+    board = leaderboard(table(run("good", 0.55), unid, failed), options=FitOptions(n_boot=100))
     assert board["run"].tolist() == ["good", "unidentified", "crashed"]
     assert board["status"].tolist() == ["ok", "A_unidentified", "run_failed"]
     assert board["rank"].iloc[:2].tolist() == [1, 2] and np.isnan(board["rank"].iloc[2])
@@ -89,12 +91,12 @@ def test_failed_and_unidentified_runs_are_listed_after_ranked_ones():
 
 def test_axis_columns_and_loss_clamp_come_through():
     points = table(run("a", 0.6, loss="cispo", precision="fp32", loss_clamp="sg(min(ratio, 4.0))"))
-    board = leaderboard(points, n_boot=0)
+    board = leaderboard(points, options=POINT)
     assert board.loc[0, "loss"] == "cispo" and board.loc[0, "precision"] == "fp32"
     assert board.loc[0, "loss_clamp"] == "sg(min(ratio, 4.0))"
 
 
 def test_fit_until_adds_forecast_columns():
-    board = leaderboard(run("a", 0.6), n_boot=0, fit_until=5000.0)
+    board = leaderboard(run("a", 0.6), options=FitOptions(n_boot=0, fit_until=5000.0))
     # exact curve: the forecast of the mean of the last 3 evals is exact
     assert board.loc[0, "pred_final"] == pytest.approx(board.loc[0, "obs_final"], abs=1e-6)

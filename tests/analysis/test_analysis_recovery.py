@@ -6,7 +6,7 @@ eval noise at 1,000 prompts x 16 samples (sd ~0.004), as in analysis.synthetic.
 import numpy as np
 import pytest
 
-from analysis.fit import fit_sigmoid
+from analysis.fit import FitOptions, fit_sigmoid
 from analysis.synthetic import TABLE1, simulate_curve
 
 LEVEL = 0.95
@@ -18,7 +18,7 @@ def test_a_is_covered_at_about_its_nominal_rate():
     for rep in range(20):
         for C_mid, B, A in TABLE1.values():
             C, R, _ = simulate_curve(A, B, C_mid, 0.30, n_points=100, rng=rng)
-            fit = fit_sigmoid(C, R, n_boot=200, level=LEVEL, seed=rep)
+            fit = fit_sigmoid(C, R, FitOptions(n_boot=200, level=LEVEL, seed=rep))
             assert fit.status == "ok", fit.report()
             hits["A"].append(fit.A_lo <= A <= fit.A_hi)
             hits["B"].append(fit.B_lo <= B <= fit.B_hi)
@@ -40,8 +40,8 @@ def both_methods():
     out = []
     for name, (C_mid, B, A) in TABLE1.items():
         C, R, _ = simulate_curve(A, B, C_mid, 0.30, n_points=60, rng=rng)
-        fast = fit_sigmoid(C, R, n_boot=0, profile=False)
-        grid = fit_sigmoid(C, R, n_boot=0, profile=False, method="paper_grid")
+        fast = fit_sigmoid(C, R, FitOptions(n_boot=0, profile=False))
+        grid = fit_sigmoid(C, R, FitOptions(n_boot=0, profile=False, method="paper_grid"))
         out.append((name, A, fast, grid))
     return out
 

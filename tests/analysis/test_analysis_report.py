@@ -5,7 +5,7 @@ import time
 import pandas as pd
 import pytest
 
-from analysis import analyze_sweep
+from analysis import FitOptions, analyze_sweep
 from analysis.report import api_key_configured, wandb_mode
 
 
@@ -48,7 +48,8 @@ def test_mode_is_offline_without_key_and_follows_the_environment(no_wandb_env):
 
 def test_fit_with_wandb_logs_an_offline_summary_run(sweep, tmp_path, no_wandb_env, capsys):
     out = tmp_path / "out"
-    board = analyze_sweep(sweep, out, n_boot=10, plots="summary", wandb=True, wandb_group="test-sweep")
+    board = analyze_sweep(sweep, out, FitOptions(n_boot=10), plots="summary", wandb=True,
+                          wandb_group="test-sweep")
     printed = capsys.readouterr().out
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1

@@ -7,7 +7,7 @@ they are missing and we are root), or finds it already running. If it cannot:
 - otherwise they are skipped with the reason (e.g. a laptop without root or apt).
 
 The cluster is deliberately NOT stopped at session end: CI stops it with
-`python -m scalerl.cluster stop`, and a user may keep it for `hydra/launcher=slurm`.
+`python -m scalerl.devtools.local_slurm stop`, and a user may keep it for `hydra/launcher=slurm`.
 Every test collected under tests/slurm/ is marked `slurm` (deselect with -m "not slurm").
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from scalerl.cluster import local_slurm
+from scalerl.devtools.local_slurm import cluster
 
 _HERE = Path(__file__).parent
 
@@ -32,7 +32,7 @@ def cluster_required() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slurm: needs the local SLURM cluster (see scalerl/cluster)")
+    config.addinivalue_line("markers", "slurm: needs the local SLURM cluster (see scalerl/devtools/local_slurm)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,10 +45,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def slurm_cluster():
     """The running local cluster's `Layout` (hostname, cpus, partition, state_dir)."""
     try:
-        if local_slurm.missing_binaries() and os.geteuid() == 0:
-            local_slurm.install()
-        return local_slurm.start()
-    except (local_slurm.ClusterError, OSError) as exc:
+        if cluster.missing_binaries() and os.geteuid() == 0:
+            cluster.install()
+        return cluster.start()
+    except (cluster.ClusterError, OSError) as exc:
         reason = f"local SLURM cluster unavailable: {exc}"
     # Outside the except block, so the report is the reason alone, not a chained traceback.
     if cluster_required():

@@ -1,6 +1,6 @@
 """The local SLURM cluster, driven through submitit exactly as the Hydra launcher drives it.
 
-Real jobs on a real slurmctld/slurmd/slurmdbd (see scalerl/cluster); nothing is mocked. Every wait
+Real jobs on a real slurmctld/slurmd/slurmdbd (see scalerl/devtools/local_slurm); nothing is mocked. Every wait
 is bounded, so a broken cluster fails a test instead of hanging the suite. slurmd runs jobs as
 the submitting user on this machine, so tmp_path folders are visible to the jobs.
 Runtime: about 40 s, most of it submitit's own 15 s wait for a cancelled job's result file
@@ -22,7 +22,7 @@ import pytest
 import submitit
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
-from scalerl.cluster import local_slurm, procs
+from scalerl.devtools.local_slurm import cluster, procs
 
 # pytest imports this file as a top-level module the job's interpreter cannot import, so the
 # functions below travel to the job by value.
@@ -194,13 +194,13 @@ def test_pid_file_liveness_ignores_zombies_and_other_processes(tmp_path):
 
 
 def _pids(lay) -> dict[str, int | None]:
-    return {d: procs.read_pid(lay.pid_file(d)) for d in local_slurm.DAEMONS}
+    return {d: procs.read_pid(lay.pid_file(d)) for d in cluster.DAEMONS}
 
 
 def test_start_is_idempotent_and_fast(slurm_cluster):
     before = _pids(slurm_cluster)
     t0 = time.monotonic()
-    local_slurm.start()
+    cluster.start()
     assert time.monotonic() - t0 < 2.0
     assert _pids(slurm_cluster) == before, "a second start() restarted daemons"
 
@@ -209,9 +209,9 @@ def test_stop_then_start_brings_back_a_working_cluster(slurm_cluster, executor):
     # Runs last in this file: it restarts the session's cluster and leaves it running.
     if os.geteuid() != 0:
         pytest.skip("stopping the cluster needs root")
-    was_up = local_slurm.stop()
+    was_up = cluster.stop()
     assert all(was_up.values()), was_up
-    assert not any(local_slurm.status().values())
-    local_slurm.start()
-    assert local_slurm.healthy()
+    assert not any(cluster.status().values())
+    cluster.start()
+    assert cluster.healthy()
     assert within(60, executor.submit(add, 20, 22).result) == 42

@@ -1,9 +1,9 @@
 """Install, start, stop and inspect a single-node SLURM 22.05 cluster on localhost, as root.
 
-    python -m scalerl.cluster install   # apt-get the packages if a binary is missing (~10-20 s)
-    python -m scalerl.cluster start     # idempotent; ~2-5 s from installed packages
-    python -m scalerl.cluster status
-    python -m scalerl.cluster stop
+    python -m scalerl.devtools.local_slurm install   # apt-get the packages if a binary is missing (~10-20 s)
+    python -m scalerl.devtools.local_slurm start     # idempotent; ~2-5 s from installed packages
+    python -m scalerl.devtools.local_slurm status
+    python -m scalerl.devtools.local_slurm stop
 
 Daemons, in start order: munged -> mariadbd -> slurmdbd -> slurmctld -> slurmd. All of them run as
 root in the foreground of their own session and keep their pid files, logs, spool, controller
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from scalerl.cluster import procs
-from scalerl.cluster.procs import ClusterError
-from scalerl.cluster.templates import HEADER, Layout, render_slurm_conf, render_slurmdbd_conf
+from scalerl.devtools.local_slurm import procs
+from scalerl.devtools.local_slurm.procs import ClusterError
+from scalerl.devtools.local_slurm.templates import HEADER, Layout, render_slurm_conf, render_slurmdbd_conf
 
-log = logging.getLogger("scalerl.cluster")
+log = logging.getLogger("scalerl.devtools.local_slurm")
 
 CONF_DIR = Path("/etc/slurm")
 DEFAULT_STATE_DIR = Path("/var/lib/scalerl-slurm")
@@ -94,7 +94,7 @@ def install() -> float:
         return 0.0
     if os.geteuid() != 0:
         raise ClusterError(f"missing {missing}; installing needs root: "
-                           "sudo python -m scalerl.cluster install")
+                           "sudo python -m scalerl.devtools.local_slurm install")
     if shutil.which("apt-get") is None:
         raise ClusterError(f"missing {missing} and no apt-get; "
                            f"install {' '.join(APT_PACKAGES)} yourself")
@@ -228,9 +228,9 @@ def start(state: Path | None = None, cpus: int | None = None, timeout: float = 6
         return lay
     if os.geteuid() != 0:
         raise ClusterError("the local SLURM cluster is not running (or its config changed) and "
-                           "starting it needs root: sudo python -m scalerl.cluster start")
+                           "starting it needs root: sudo python -m scalerl.devtools.local_slurm start")
     if missing := missing_binaries():
-        raise ClusterError(f"missing {missing}: run python -m scalerl.cluster install")
+        raise ClusterError(f"missing {missing}: run python -m scalerl.devtools.local_slurm install")
     for name in wanted:
         _refuse_foreign(CONF_DIR / name)
     with _locked(lay):  # pytest-xdist workers may all call start() at once
@@ -309,7 +309,7 @@ def _prepare(lay: Layout) -> None:
 
 def _refuse_foreign(path: Path) -> None:
     if path.exists() and not path.read_text().startswith(HEADER):
-        raise ClusterError(f"{path} was not written by scalerl.cluster; move it away to use the "
+        raise ClusterError(f"{path} was not written by scalerl.devtools.local_slurm; move it away to use the "
                            "local cluster (it would be overwritten)")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         self.key = key
+        self.reason = message
         super().__init__(f"{key}: {message}  (fix it with `{key}=...` on the command line or in its YAML)")
 
 

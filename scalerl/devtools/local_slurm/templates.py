@@ -11,7 +11,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-HEADER = "# Managed by scalerl.cluster (python -m scalerl.cluster); rewritten on every start.\n"
+HEADER = "# Managed by scalerl.devtools.local_slurm (python -m scalerl.devtools.local_slurm); rewritten on every start.\n"
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""Run-directory files: metrics.jsonl, progress.json, summary.json.
+"""JSON and JSONL files that survive a crash: the run directory's records.
 
-metrics.jsonl is append-only with an fsync per row; on resume it is cut back
-to the checkpoint's step so no eval point is lost or duplicated. JSON files
-are replaced atomically, so a crash never leaves a half-written one.
+JSON files (``progress.json``, ``summary.json``, ``launch.json``) are replaced
+atomically, so a crash never leaves a half-written one. JSONL files
+(``metrics.jsonl``, ``steps.jsonl``) are append-only with an fsync per row; on
+resume they are cut back to the checkpoint's step, so no row is lost or
+duplicated.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def clean(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
-class MetricsFile:
+class JsonlFile:
     def __init__(self, path: Path):
         self.path = Path(path)
 

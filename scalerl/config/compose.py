@@ -1,0 +1,51 @@
+"""Composing a run config the way the command line does, and turning Hydra's
+composition errors into a ``ConfigError`` that names the key to fix."""
+from __future__ import annotations
+
+import re
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import DictConfig
+from omegaconf.errors import ConfigAttributeError, ReadonlyConfigError
+
+from scalerl.config.groups import OPTION_GROUPS
+from scalerl.config.store import register_schemas
+from scalerl.core.errors import ConfigError
+from scalerl.core.paths import conf_dir
+
+
+def compose(overrides: list[str] | None = None) -> DictConfig:
+    """The run config for ``overrides``, composed exactly as the command line does
+    (without launching anything and without the ``hydra`` node)."""
+    register_schemas()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides or []))
+
+
+def as_config_error(exc: Exception) -> ConfigError:
+    """A Hydra or OmegaConf composition error, as one line that names the key."""
+    if isinstance(exc, ConfigError):
+        return exc
+    cause = exc.__cause__
+    key = getattr(cause, "full_key", None)
+    if isinstance(exc, MissingConfigException):
+        found = re.search(r"Could not find '([\w/]+)/([^'/]+)'", str(exc))
+        if found and found.group(1) in OPTION_GROUPS:
+            group, name = found.groups()
+            return ConfigError(group, f"unknown option {name!r}; choose from {sorted(OPTION_GROUPS[group])}")
+    if key and isinstance(cause, ReadonlyConfigError) and key.endswith(".name"):
+        group = key.rsplit(".", 1)[0]
+        return ConfigError(key, f"is set by choosing the option (`{group}=<option>`), not by overriding the name")
+    if key and isinstance(cause, ConfigAttributeError):
+        group, leaf = key.split(".", 1)[0], key.rsplit(".", 1)[-1]
+        schema = getattr(cause, "object_type", None)
+        option = next((n for n, o in OPTION_GROUPS.get(group, {}).items() if o.schema is schema), None)
+        where = f"{group}={option}" if option else (getattr(schema, "__name__", None) or group)
+        return ConfigError(key, f"`{leaf}` is not a setting of {where}")
+    if key:
+        return ConfigError(key, str(cause).splitlines()[0])
+    if isinstance(exc, (ConfigCompositionException, MissingConfigException)):
+        return ConfigError("overrides", str(exc).splitlines()[0])
+    return ConfigError("config", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")

@@ -1,0 +1,8 @@
+"""The leaf layer: what every other layer may import, and which imports nothing of scalerl.
+
+Owns the one error type for bad configuration (``errors``), the registry entry
+type (``option``), stable hashing (``hashing``), atomic JSON and JSONL files
+(``jsonio``), where the repository's ``conf/`` and ``sweeps/`` live (``paths``)
+and heavy libraries loaded on first use (``lazy``). Nothing here knows about
+RL, models or Hydra.
+"""

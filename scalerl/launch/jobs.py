@@ -1,0 +1,34 @@
+"""What every launcher does for each job, written once: the launch record, the
+result of a job that failed before it could report, and the data-parallel
+world size the launcher gives an arm."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf
+
+from scalerl.core.jsonio import write_json_atomic
+
+
+def write_launch_record(run_dir: Path, launcher: str, overrides, log: str, job_id=None) -> None:
+    """``<run_dir>/launch.json``: how the arm was launched, so a relaunch never double-submits it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "launch.json", {
+        "launcher": launcher, "job_id": job_id, "slurm_job_id": job_id if launcher == "slurm" else None,
+        "submitted_at": time.time(), "log": log, "overrides": list(overrides)})
+
+
+def failed_return(overrides, cfg: DictConfig, error: BaseException, working_dir: str = "") -> JobReturn:
+    """A FAILED JobReturn for a job that died (killed, cancelled, crashed) without returning one."""
+    ret = JobReturn(overrides=list(overrides), cfg=cfg, hydra_cfg=cfg, working_dir=working_dir, task_name="",
+                    status=JobStatus.FAILED)
+    ret._return_value = error
+    return ret
+
+
+def launcher_world_size(cfg: DictConfig) -> int:
+    """Data-parallel ranks per arm under the configured launcher (SLURM: tasks per node x nodes)."""
+    launcher = OmegaConf.select(cfg, "hydra.launcher", default=None) or {}
+    return int(launcher.get("tasks_per_node") or 1) * int(launcher.get("nodes") or 1)

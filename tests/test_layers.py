@@ -1,0 +1,148 @@
+"""The architecture, checked: imports go one way through the layers, the Hydra
+plugins and the command line's config path load no heavy library, and the
+development tools stay out of the runtime."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+# Bottom to top. A module may import from its own package or from a lower layer;
+# packages that share a layer are independent of each other.
+LAYERS = [
+    ["core"],
+    ["losses", "aggregation", "adv_norm", "filters", "length", "precision"],  # the design axes
+    ["registry"],  # AXES and the recipe built from them
+    ["models", "tasks", "loggers"],
+    ["generation"],
+    ["config"],
+    ["train"],
+    ["launch"],
+    ["sweep"],  # the entry point
+]
+RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
+
+def unit(module: str) -> str | None:
+    """The layer unit of a scalerl module name (its first component under scalerl)."""
+    parts = module.split(".")
+    if parts[0] != "scalerl" or len(parts) == 1:
+        return None
+    return parts[1]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, inside a function) for every import in the file."""
+    tree = ast.parse(path.read_text())
+    out = []
+
+    def visit(node, nested):
+        for child in ast.iter_child_nodes(node):
+            inner = nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno, inner) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                out.append((child.module, child.lineno, inner))
+                out.extend((f"{child.module}.{a.name}", child.lineno, inner) for a in child.names)
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+def runtime_modules():
+    for path in sorted((REPO / "scalerl").rglob("*.py")):
+        name = module_name(path)
+        if unit(name) not in (None, "devtools"):
+            yield path, name
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name if p.is_dir() else p.stem for p in (REPO / "scalerl").iterdir()
+                if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
+    assert packages - {"devtools"} == set(RANK)
+
+
+@pytest.mark.parametrize("path,name", list(runtime_modules()), ids=lambda x: x if isinstance(x, str) else "")
+def test_imports_go_down_the_layers(path, name):
+    me = unit(name)
+    bad = []
+    for target, line, _ in imports(path):
+        other = unit(target)
+        if other is None or other == me:
+            continue
+        if other == "devtools" or other not in RANK:
+            bad.append(f"{path.name}:{line} imports {target} (not a runtime layer)")
+        elif RANK[other] >= RANK[me]:
+            bad.append(f"{path.name}:{line} imports {target}: layer {other} is not below {me}")
+    assert not bad, "\n".join(bad)
+
+
+def test_devtools_import_nothing_of_the_runtime():
+    for path in (REPO / "scalerl" / "devtools").rglob("*.py"):
+        for target, line, _ in imports(path):
+            assert unit(target) in (None, "devtools"), f"{path}:{line} imports {target}"
+
+
+def test_analysis_knows_nothing_of_scalerl_or_torch():
+    for path in (REPO / "analysis").rglob("*.py"):
+        for target, line, _ in imports(path):
+            assert target.split(".")[0] not in ("scalerl", "torch"), f"{path}:{line} imports {target}"
+
+
+def test_plugins_reach_scalerl_only_lazily():
+    # Hydra imports every module under hydra_plugins in every Hydra app on the machine.
+    for path in (REPO / "hydra_plugins").rglob("*.py"):
+        for target, line, nested in imports(path):
+            if target.startswith("scalerl"):
+                assert nested, f"{path}:{line} imports {target} at module level"
+
+
+def fresh(code: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_importing_the_plugins_loads_nothing_heavy_and_registers_nothing():
+    out = fresh(
+        "import sys, pkgutil, importlib\n"
+        "import hydra_plugins.scalerl_plugins as p\n"
+        "for m in pkgutil.iter_modules(p.__path__): importlib.import_module(f'{p.__name__}.{m.name}')\n"
+        "from hydra.core.config_store import ConfigStore\n"
+        "from omegaconf import OmegaConf\n"
+        "repo = ConfigStore.instance().repo\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'scalerl.train', 'scalerl.config') if m in sys.modules),"
+        " 'base_config.yaml' in repo, 'schema' in repo, OmegaConf.has_resolver('scalerl_run_name'))")
+    assert out == "[] False False False"
+
+
+def test_composing_and_validating_loads_neither_torch_nor_transformers():
+    out = fresh(
+        "import sys\n"
+        "from scalerl.config import compose, validate\n"
+        "from scalerl.registry import build_recipe\n"
+        "for o in (['loss=dapo'], ['recipe=minimax'], ['model=hf', 'model.path=/x']): build_recipe(validate(compose(o)))\n"
+        "print([m for m in ('torch', 'transformers', 'tokenizers', 'wandb', 'pandas') if m in sys.modules])")
+    assert out == "[]"
+
+
+def test_only_building_a_run_looks_up_a_registry():
+    # The loop, the rollout and the update call the run's Recipe; registries are read once, in setup.py.
+    registries = {"LOSSES", "AGGREGATIONS", "ADV_NORMS", "FILTERS", "LENGTHS", "PRECISIONS", "MODELS", "TASKS",
+                  "LOGGERS", "AXES", "OPTION_GROUPS"}
+    for path in (REPO / "scalerl" / "train").glob("*.py"):
+        used = {t.rsplit(".", 1)[-1] for t, _, _ in imports(path)} & registries
+        assert path.name == "setup.py" or not used, f"{path.name} looks up {sorted(used)}"
