@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from scalerl.core.errors import check
-from scalerl.tasks.base import Problem, TaskConfig, TaskData
+from scalerl.tasks.base import Grades, Problem, TaskConfig, TaskData, reward_value
 from scalerl.tasks.rewards import exact_match_reward
 
 # kind -> (operator, operand digits, answer digits)
@@ -52,7 +52,7 @@ def make_problem(kind: str, rng: random.Random) -> Problem:
     a, b = rng.randrange(10**digits), rng.randrange(10**digits)
     value = a + b if op == "+" else a * b
     prompt = f"{a:0{digits}d}{op}{b:0{digits}d}="
-    return Problem(prompt=prompt, answer=f"{value:0{out_digits}d}", kind=kind)
+    return Problem(prompt=prompt, answer=f"{value:0{out_digits}d}", kind=kind, task="arith", uid=prompt)
 
 
 class ProblemStream:
@@ -85,7 +85,8 @@ def unique_problems(stream: ProblemStream, n: int, exclude: set[str]) -> list[Pr
     raise AssertionError("unreachable")
 
 
-def build_arith(cfg: ArithConfig) -> TaskData:
+def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
+    """The prompt is the bare problem: the embedded tiny model has no chat template."""
     stream = ProblemStream(dict(cfg.mix), cfg.data_seed)
     heldout = unique_problems(stream, cfg.n_heldout, set())
     train = unique_problems(stream, cfg.n_train, {p.prompt for p in heldout})
@@ -93,7 +94,12 @@ def build_arith(cfg: ArithConfig) -> TaskData:
     return TaskData(
         train=train,
         heldout=heldout,
-        reward=exact_match_reward,
+        score=lambda texts, problems: _grade(cfg, [exact_match_reward(t, p.answer) == 1.0 for t, p in zip(texts, problems)]),
         # Warm-start (SFT) data: fresh problems, never the held-out split.
         sft_stream=lambda seed: ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
+        names=("arith",),
     )
+
+
+def _grade(cfg: ArithConfig, ok: list[bool]) -> Grades:
+    return Grades(reward=[reward_value(cfg, float(c)) for c in ok], correct=ok)
