@@ -18,6 +18,7 @@ Backends (docs/sandbox.md has the threat model and what each one stops):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -100,21 +101,26 @@ def _bwrap_args(exe: str, paths: list[str], workdir: str, root: bool) -> list[st
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user"]
-    for lib in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/lib32", "/usr/lib32"):
-        if os.path.islink(lib):
-            args += ["--symlink", os.readlink(lib), lib]
-        elif os.path.isdir(lib):
-            args += ["--ro-bind", lib, lib]
-    if os.path.exists("/etc/ld.so.cache"):
-        args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    made = set()
-    for p in paths:  # parents world-traversable, so the harness can still import after dropping its uid
-        parent = Path(p).parent
-        for d in reversed([parent, *parent.parents]):
+    made: set[str] = set()
+
+    def parents(path: str) -> list[str]:
+        """Create the path's parents world-traversable: bwrap would make them 0700, and the
+        harness must still load libraries and modules after dropping its uid."""
+        out = []
+        for d in reversed(Path(path).parents):
             if str(d) != "/" and str(d) not in made:
                 made.add(str(d))
-                args += ["--perms", "0755", "--dir", str(d)]
-        args += ["--ro-bind", p, p]
+                out += ["--perms", "0755", "--dir", str(d)]
+        return out
+
+    for lib in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/lib32", "/usr/lib32"):
+        if os.path.islink(lib):
+            args += parents(lib) + ["--symlink", os.readlink(lib), lib]
+        elif os.path.isdir(lib):
+            args += parents(lib) + ["--ro-bind", lib, lib]
+    for p in ["/etc/ld.so.cache", *paths]:
+        if os.path.exists(p):
+            args += parents(p) + ["--ro-bind", p, p]
     args += ["--proc", "/proc", "--dev", "/dev", "--bind", workdir, "/work", "--chdir", "/work",
              "--setenv", "TMPDIR", "/work", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8"]
     return args
@@ -159,6 +165,12 @@ class Sandbox:
                 warnings.warn(f"sandbox: namespaces unavailable ({why}); falling back to process isolation, "
                               "which cannot hide the file system (docs/sandbox.md)", RuntimeWarning, stacklevel=2)
             self.isolation = "process" if why else "namespaces"
+        if self.isolation == "process" and self.root:
+            hidden = [q for q in self.paths if not _world_readable(q)]
+            if hidden:
+                raise RuntimeError(
+                    f"task.sandbox.isolation=process runs code under a throwaway uid, which cannot read {hidden[0]}; "
+                    "install bubblewrap (namespaces) or set task.sandbox.python to a world-readable interpreter")
 
     def map(self, jobs: list[Job]) -> list[RunResult]:
         """Run ``jobs`` in parallel (``cfg.workers`` at a time, default one per core); results in order."""
@@ -193,7 +205,8 @@ class Sandbox:
             else:
                 cmd, cwd = launcher, workdir
                 env = {"TMPDIR": workdir, "HOME": workdir, "LANG": "C.UTF-8"}
-            return self._execute(cmd, env, cwd, json.dumps(payload).encode(), uid)
+            result = self._execute(cmd, env, cwd, json.dumps(payload).encode(), uid)
+            return dataclasses.replace(result, setup={**result.setup, "uid": uid, "workdir": workdir})
         finally:
             _remove(workdir)
 
@@ -220,6 +233,12 @@ class Sandbox:
         except (ValueError, IndexError, KeyError, TypeError):
             return RunResult("crash", (), self.isolation, stderr=stderr)
         return RunResult("ok", tests, self.isolation, report["setup"].get("network", ""), stderr, report["setup"])
+
+
+def _world_readable(path: str) -> bool:
+    p = Path(path)
+    dirs_ok = all(os.stat(d).st_mode & 0o001 for d in p.parents)
+    return dirs_ok and bool(os.stat(p).st_mode & (0o005 if p.is_dir() else 0o004))
 
 
 def _killpg(pid: int) -> None:
@@ -253,17 +272,33 @@ def _reap(session: int, uid) -> None:
     """Kill whatever the run left: its throwaway uid's processes (root), else its session's.
 
     Under namespaces the kernel already killed the pid namespace when its first process
-    exited; this also covers the process backend."""
-    for _ in range(100):
-        left = [p for p in _procs() if (uid is not None and _uid_of(p) == uid) or _stat_session(p) == session]
+    exited; this covers the process backend. Processes are stopped before they are
+    killed: a fork bomb refills every slot one kill frees, but a stopped process cannot
+    fork, and stopped ones still count against the process limit."""
+    def mine(p):
+        return (uid is not None and _uid_of(p) == uid) or _stat_session(p) == session
+
+    stopped: set[int] = set()
+    for _ in range(1000):
+        left = {p for p in _procs() if mine(p)}
         if not left:
             return
-        for p in left:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.01)
+        if left <= stopped:
+            for p in left:
+                _signal(p, signal.SIGKILL)
+            stopped.clear()
+        else:
+            for p in left - stopped:
+                _signal(p, signal.SIGSTOP)
+            stopped |= left
+        time.sleep(0.002)
+
+
+def _signal(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
 
 
 def _remove(path: str) -> None:
