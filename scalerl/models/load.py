@@ -32,7 +32,12 @@ def load_checkpoint(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model, load_tokenizer(path)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """The checkpoint's tokenizer (tasks render prompts with its chat template)."""
+    tok = AutoTokenizer.from_pretrained(Path(path), local_files_only=True)
     if tok.pad_token_id is None:  # many chat checkpoints ship without a pad token
         tok.pad_token = tok.eos_token
-    return model, tok
+    return tok

@@ -14,8 +14,8 @@ Per step (synchronous; PipelineRL asynchrony is a separate axis to come):
 Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
 - no asynchrony yet (PipelineRL-8 is the ScaleRL choice);
 - eval every ``eval_every`` steps instead of every 100 (tiny runs are short);
-- rewards are {0, 1}, not ±1 (advantage normalization makes them equivalent
-  except under ``adv_norm=none``).
+- rewards default to {0, 1}, not ±1 (``task.wrong_reward=-1`` gives the paper's;
+  advantage normalization makes them equivalent except under ``adv_norm=none``).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from scalerl.train.checkpoint import load_latest, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
+from scalerl.train.heldout import pin_heldout
 from scalerl.train.progress import Progress
 from scalerl.train.rollout import encode_phrase, rollout
 from scalerl.train.setup import build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
@@ -50,6 +51,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     dist = init_distributed(device.type)
     say = print if dist.main else (lambda *a, **k: None)
     r = build_run(cfg, task, ckpt_path, device)
+    pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
     G, per_rank = cfg.batch.generations, derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
@@ -91,7 +93,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         window.clear()
         if dist.main:
             metrics.append(row)
-            logger.log({f"eval/{k}" if k.startswith("pass_rate") else k: v for k, v in row.items()}, state["step"])
+            logger.log({f"eval/{k}" if k in ev else k: v for k, v in row.items()}, state["step"])
             save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()

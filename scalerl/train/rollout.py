@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,19 +26,24 @@ class Rollout:
     prompt_mask: torch.Tensor
     gen: Generation
     correct: torch.Tensor
-    """(P, G) raw task reward (1 = correct)."""
+    """(P, G) 1 where the completion is fully correct, else 0 (the pass rate's samples)."""
     rewards: torch.Tensor
-    """(P, G) reward after length shaping; what advantages are computed from."""
+    """(P, G) the task's reward (task.correct_reward / wrong_reward, partial credit) after
+    length shaping; what advantages are computed from."""
     gen_tokens: int
     """Tokens the generator processed: each prompt once (shared prefill) plus every
     generated token, refill rounds included."""
+    flags: dict[str, torch.Tensor] = field(default_factory=dict)
+    """(P, G) per-completion outcome flags the task reports (code: timeout, crash)."""
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _encode(tok, text: str) -> tuple[int, ...]:
     ids = tok(text, add_special_tokens=False)["input_ids"]
     bos = tok.bos_token_id
-    return tuple(([bos] if bos is not None else []) + ids)
+    if bos is None or (ids and ids[0] == bos):  # chat templates often write BOS themselves
+        return tuple(ids)
+    return tuple([bos] + ids)
 
 
 def encode_prompt(tok, text: str) -> list[int]:
@@ -68,13 +73,15 @@ def sample_and_score(problems, index, group: int, *, generator, tok, task, plan_
     )
     gen = generator.generate(prompts, params, rng)
     texts = decode_completions(tok, gen)
-    correct = torch.tensor([task.reward(t, problems[i // group].answer) for i, t in enumerate(texts)],
-                           dtype=torch.float32).view(len(problems), group)
-    rewards = correct.clone()
+    grades = task.score(texts, [problems[i // group] for i in range(len(texts))])
+    shape = (len(problems), group)
+    correct = torch.tensor(grades.correct, dtype=torch.float32).view(shape)
+    rewards = torch.tensor(grades.reward, dtype=torch.float32).view(shape)
+    flags = {k: torch.tensor(v, dtype=torch.float32).view(shape) for k, v in grades.flags.items()}
     if plan.penalty is not None:  # DAPO overlong penalty: correct answers only
         rewards = rewards + plan.penalty(gen.lengths.cpu().float()).view_as(correct) * (correct > 0)
     ids, mask = left_pad(prompts, tok.pad_token_id, device)
-    return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()))
+    return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()), flags)
 
 
 def encode_phrase(tok, phrase: str) -> list[int]:
@@ -111,7 +118,7 @@ def replace_groups(ro: Rollout, slots: list[int], fresh: Rollout) -> Rollout:
     return Rollout(index, _put(ro.prompt_ids, fresh.prompt_ids, slots, left=True),
                    _put(ro.prompt_mask, fresh.prompt_mask, slots, left=True), gen,
                    _put(ro.correct, fresh.correct, slots), _put(ro.rewards, fresh.rewards, slots),
-                   ro.gen_tokens + fresh.gen_tokens)
+                   ro.gen_tokens + fresh.gen_tokens, {k: _put(v, fresh.flags[k], slots) for k, v in ro.flags.items()})
 
 
 def _put(old: torch.Tensor, new: torch.Tensor, idx: list[int], left: bool = False) -> torch.Tensor:

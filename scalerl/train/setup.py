@@ -15,12 +15,13 @@ from scalerl.generation import TorchGenerator
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
-from scalerl.models.load import compute_dtype, load_checkpoint
+from scalerl.models.load import compute_dtype, load_checkpoint, load_tokenizer
 from scalerl.models.policy import Policy
 from scalerl.registry import Recipe, build_recipe
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
+from scalerl.train.heldout import split_record
 from scalerl.train.sampler import PromptSampler
 from scalerl.train.warmstart import cached_warm_start
 
@@ -65,12 +66,16 @@ def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
     nothing on non-zero ranks, and the file locks already make one process
     build while the others wait.
     """
-    task = TASKS[cfg.task.name].fn(cfg.task)
     cache = Path(cfg.cache_dir).expanduser()
     base = MODELS[cfg.model.name].fn(cfg.model, cache, log=log)
+    task = TASKS[cfg.task.name].fn(cfg.task, tokenizer=load_tokenizer(base))  # prompts use its chat template
     if not cfg.model.warmstart.enabled:
         return task, base
-    key = {"base": str(base.resolve()), "warmstart": asdict(cfg.model.warmstart), "task": asdict(cfg.task)}
+    if task.sft_stream is None:
+        raise ConfigError("model.warmstart.enabled", f"task={cfg.task.name} has no answers to imitate in a supervised "
+                                                     "warm start; set model.warmstart.enabled=false")
+    key = {"base": str(base.resolve()), "warmstart": asdict(cfg.model.warmstart), "task": asdict(cfg.task),
+           "heldout": split_record(task)["fingerprint"]}  # a changed data file is a different warm start
     return task, cached_warm_start(base, cache / f"warm-{stable_hash(key)}", cfg.model.warmstart, task, log=log)
 
 

@@ -74,7 +74,8 @@ def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
         gen = TorchGenerator(policy, device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
         stream = task.sft_stream(cfg.seed)
-        budget = max(len(p.answer) for p in task.heldout) + 2
+        probe = task.sft_stream(cfg.seed + 1)  # targets may be formatted (math: \\boxed{...})
+        budget = max(max(len(p.answer) for p in task.heldout), *(len(next(probe).answer) for _ in range(256))) + 2
         t0, rate, step = time.time(), 0.0, 0
         log(f"[scalerl] warm start: SFT until held-out pass rate >= {cfg.target_pass_rate} -> {dst}")
         for step in range(1, cfg.max_steps + 1):
