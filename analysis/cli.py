@@ -4,6 +4,8 @@
     python -m analysis fit points.csv --out out --method paper_grid --n-boot 200
     python -m analysis fit sweep/ --out out --fit-until 5e15 --target-compute 2e16 --wandb
     python -m analysis extrapolate sweep/ --fraction 0.5 --out out
+    python -m analysis fit outputs/runs --out out --metric 'pass_rate/*'     # one curve per task (task=mix)
+    python -m analysis fit sweep/ --out out --metric pass_rate/math --metric pass_rate/code
 
 On a SLURM cluster, run it on a CPU node after the sweep's array finishes, e.g.
     srun -c 2 --time 10 python -m analysis fit $SWEEP_DIR --out $SWEEP_DIR/analysis
@@ -48,6 +50,9 @@ def _common(p):
     p.add_argument("--plots", choices=("all", "summary", "none"), default="all",
                    help="all: overview, bars and one PNG per run; summary: no per-run PNGs")
     p.add_argument("--quiet", action="store_true", help="print nothing")
+    p.add_argument("--metric", action="append", default=None, metavar="COLUMN",
+                   help="metrics.jsonl column to fit (default pass_rate); repeat it, or give a pattern such as "
+                        "'pass_rate/*', to fit one curve per column and run, e.g. per task of a task=mix run")
 
 
 def build_parser():
@@ -87,7 +92,7 @@ def main(argv=None):
         options = replace(FitOptions() if args.command == "fit" else FORECAST_OPTIONS, **fields)
     except ValueError as err:
         parser.error(str(err))
-    common = dict(axis=args.axis, plots=args.plots, quiet=args.quiet)
+    common = dict(axis=args.axis, plots=args.plots, quiet=args.quiet, metrics=tuple(args.metric or ["pass_rate"]))
     if args.command == "fit":
         analyze_sweep(args.path, args.out, options, margin=args.margin,
                       target_compute=args.target_compute, wandb=args.wandb,

@@ -14,6 +14,7 @@ Writers: `write_csv`, `save_figure`.  The trainer's run-directory contract:
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 from pathlib import Path
@@ -102,8 +103,38 @@ def _frame(records, meta, *, axis, reward_key):
     return frame
 
 
-def read_run(run_dir, *, name=None, axis="compute"):
-    """Tidy points of one run directory (one NaN row if it has no evals)."""
+def is_multi(metrics):
+    """Several curves per run: more than one metric, or a pattern such as 'pass_rate/*'."""
+    return len(metrics) > 1 or any(ch in m for m in metrics for ch in "*?[")
+
+
+def expand_metrics(metrics, records):
+    """The metric columns `metrics` (names or fnmatch patterns) select among the records' keys."""
+    keys = sorted({k for r in records for k in r})
+    out = []
+    for m in metrics:
+        out += [k for k in keys if fnmatch.fnmatchcase(k, m) and k not in out] if is_multi([m]) else [m]
+    return out
+
+
+def per_metric(frame_for, meta, records, metrics):
+    """One tidy frame per selected metric; with several, each curve is its own run `<run> [<metric>]`
+    (and its own arm), with a `metric` column the leaderboard shows like an axis."""
+    if not is_multi(metrics):
+        return frame_for(metrics[0], meta)
+    frames = []
+    for metric in expand_metrics(metrics, records):
+        arm = meta.get("arm")
+        frames.append(frame_for(metric, {**meta, "run": f"{meta['run']} [{metric}]", "metric": metric,
+                                         "arm": f"{arm}|{metric}" if arm else None}))
+    return pd.concat(frames, ignore_index=True) if frames else frame_for(metrics[0], meta).iloc[0:0]
+
+
+def read_run(run_dir, *, name=None, axis="compute", metrics=(REWARD_KEY,)):
+    """Tidy points of one run directory (one NaN row if it has no evals).
+
+    metrics: the column(s) to fit, default pass_rate; e.g. ('pass_rate/math', 'pass_rate/code')
+    or ('pass_rate/*',) for one curve per task of a `task=mix` run."""
     run_dir = Path(run_dir)
     summary = _read_mapping(run_dir / "summary.json", json.loads)
     config = _read_mapping(run_dir / "config.yaml", yaml.safe_load)
@@ -118,10 +149,10 @@ def read_run(run_dir, *, name=None, axis="compute"):
         "run_dir": str(run_dir),
         **run_axes(config, summary),
     }
-    return _frame(records, meta, axis=axis, reward_key=REWARD_KEY)
+    return per_metric(lambda key, m: _frame(records, m, axis=axis, reward_key=key), meta, records, list(metrics))
 
 
-def read_sweep(path, *, axis="compute"):
+def read_sweep(path, *, axis="compute", metrics=(REWARD_KEY,)):
     """Tidy points of every run under a sweep directory; names default to relative paths."""
     if axis not in AXES:
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
@@ -129,7 +160,7 @@ def read_sweep(path, *, axis="compute"):
     frames = []
     for run_dir in find_run_dirs(root):
         rel = run_dir.relative_to(root).as_posix()
-        frames.append(read_run(run_dir, name=rel if rel != "." else root.name, axis=axis))
+        frames.append(read_run(run_dir, name=rel if rel != "." else root.name, axis=axis, metrics=metrics))
     if not frames:
         return pd.DataFrame(columns=["run", "compute", "reward"])
     points = pd.concat(frames, ignore_index=True)
@@ -141,9 +172,14 @@ def read_sweep(path, *, axis="compute"):
 
 
 # ---------------------------------------------------------------- CSV
-def read_points_csv(path):
-    """A tidy CSV with at least run,compute,reward (optional r0, seed, and axis columns)."""
+def read_points_csv(path, metric=None):
+    """A tidy CSV with at least run,compute,reward (optional r0, seed, and axis columns);
+    `metric` names another column to fit instead of reward."""
     points = pd.read_csv(path)
+    if metric and metric != REWARD_KEY:
+        if metric not in points.columns:
+            raise ValueError(f"{path}: no column {metric!r} (from --metric); columns: {list(points.columns)}")
+        points = points.drop(columns=["reward"], errors="ignore").rename(columns={metric: "reward"})
     missing = [c for c in ("run", "compute", "reward") if c not in points.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}; need run,compute,reward")
@@ -151,13 +187,15 @@ def read_points_csv(path):
     return points
 
 
-def read_points(path, *, axis="compute"):
+def read_points(path, *, axis="compute", metrics=(REWARD_KEY,)):
     """Sweep directory or points CSV, whichever `path` is."""
     path = Path(path)
     if path.is_dir():
-        return read_sweep(path, axis=axis)
+        return read_sweep(path, axis=axis, metrics=metrics)
     if path.is_file():
-        return read_points_csv(path)
+        if is_multi(metrics):
+            raise ValueError("a points CSV holds one curve per run: give --metric a single column name")
+        return read_points_csv(path, metrics[0])
     raise FileNotFoundError(f"{path}: neither a sweep directory nor a points CSV")
 
 

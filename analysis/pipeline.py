@@ -25,22 +25,24 @@ AXIS_LABELS = {"compute": "training compute (FLOPs)", "device_hours": "device-ho
                "tokens": "generated tokens"}
 
 
-def _load(source, axis):
-    return source.copy() if isinstance(source, pd.DataFrame) else io.read_points(source, axis=axis)
+def _load(source, axis, metrics=(io.REWARD_KEY,)):
+    return source.copy() if isinstance(source, pd.DataFrame) else io.read_points(source, axis=axis, metrics=metrics)
 
 
 def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="compute", margin=MARGIN,
                   target_compute=None, plots="all", wandb=False, wandb_project="scalerl-analysis",
-                  wandb_group=None, quiet=False):
+                  wandb_group=None, quiet=False, metrics=(io.REWARD_KEY,)):
     """Fit every run of a sweep (directory, points CSV or points DataFrame); returns the leaderboard.
 
+    metrics: the metrics.jsonl column(s) to fit (default pass_rate). Several, or a pattern
+    such as 'pass_rate/*', fit one curve per metric and run (a mix's per-task curves).
     options: the fit settings (FitOptions); margin, target_compute: the ranking's.
     Writes out_dir/leaderboard.csv and, unless plots="none", out_dir/overview.png,
     out_dir/params.png and (plots="all") one out_dir/run-<run>.png per run.
     wandb=True also logs a summary W&B run (offline unless configured; see report.py).
     """
     out = Path(out_dir)
-    points = _load(path, axis)
+    points = _load(path, axis, tuple(metrics))
     if points.empty:
         board = pd.DataFrame(columns=LEADERBOARD_COLUMNS)
         io.write_csv(board, out / "leaderboard.csv")
@@ -71,13 +73,13 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
         source = "dataframe" if isinstance(path, pd.DataFrame) else str(path)
         log_report(board, figures, out_dir=out, project=wandb_project, group=wandb_group or title,
                    config={**asdict(options), "source": source, "axis": axis, "margin": margin,
-                           "target_compute": target_compute},
+                           "target_compute": target_compute, "metrics": list(metrics)},
                    quiet=quiet)
     return board
 
 
 def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS, *, fraction=0.5,
-                          axis="compute", n_final=3, plots="all", quiet=False):
+                          axis="compute", n_final=3, plots="all", quiet=False, metrics=(io.REWARD_KEY,)):
     """Fit each run on its first `fraction` of compute, compare with its final evals.
 
     options: the fit settings; the default skips the bootstrap (FORECAST_OPTIONS), and
@@ -85,7 +87,7 @@ def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS,
     Writes out_dir/extrapolation.csv (and extrapolation.png); returns the ExtrapolationCheck.
     """
     out = Path(out_dir)
-    points = _load(path, axis)
+    points = _load(path, axis, tuple(metrics))
     check = extrapolation_check(points, fraction, options, n_final=n_final) if not points.empty else None
     if check is None:
         io.write_csv(pd.DataFrame(columns=["run", "fraction", "pred_final", "obs_final", "abs_error"]),

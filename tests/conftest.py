@@ -33,3 +33,12 @@ def tiny_cfg():
         return validate(compose(["logger=none", "train.threads=1", *overrides]))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def task_files(tmp_path_factory):
+    """Small real-format task files (Polaris-style math, DeepCoder-style code)."""
+    from taskdata import MATH_ROWS, deepcoder_rows, write_jsonl, write_parquet
+
+    d = tmp_path_factory.mktemp("task-files")
+    return {"math": write_parquet(d / "polaris.parquet", MATH_ROWS), "code": write_jsonl(d / "deepcoder.jsonl", deepcoder_rows())}

@@ -48,7 +48,7 @@ def deepcoder_rows() -> list[dict]:
          "tests": json.dumps({"inputs": ["3\n", "4\n"], "outputs": ["9\n", "16\n"]}),
          "metadata": json.dumps({}), "starter_code": ""},
         # MBPP-style assert list
-        {"problem": "Write is_even(n).", "tests": ["assert is_even(2)", "assert not is_even(3)"],
+        {"problem": "Write is_even(n).", "tests": json.dumps(["assert is_even(2)", "assert not is_even(3)"]),
          "metadata": json.dumps({}), "starter_code": ""},
     ]
 

@@ -16,6 +16,13 @@ from scalerl.registry import AXES
 EXTRA = {("model", "hf"): ["model.path=/tmp/some/checkpoint"]}  # options with a required value
 
 
+def extra(group: str, option: str, files: dict) -> list[str]:
+    """Required values of an option; task files are written by the ``task_files`` fixture."""
+    tasks = {("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}"],
+             ("task", "mix"): [f"task.tasks.math.path={files['math']}", f"task.tasks.code.path={files['code']}"]}
+    return EXTRA.get((group, option), tasks.get((group, option), []))
+
+
 def yaml_options(group: str) -> set[str]:
     return {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}
 
@@ -32,8 +39,8 @@ def all_group_options():
 
 
 @pytest.mark.parametrize("group,option", list(all_group_options()))
-def test_every_option_composes_and_validates(group, option):
-    cfg = validate(compose([f"{group}={option}", *EXTRA.get((group, option), [])]))
+def test_every_option_composes_and_validates(group, option, task_files):
+    cfg = validate(compose([f"{group}={option}", *extra(group, option, task_files)]))
     node = getattr(cfg, group, None)
     if group == "recipe":
         assert cfg.recipe == option

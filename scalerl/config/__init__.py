@@ -25,14 +25,31 @@ def validate(cfg: DictConfig) -> Config:
     """
     try:
         obj = OmegaConf.to_object(cfg)
-    except ConfigError:
-        raise
+    except ConfigError as e:
+        raise _in_mix_entry(cfg, e) from None
     except OmegaConfBaseException as e:  # missing value, wrong type, ...
         key = getattr(e, "full_key", None) or "config"
         raise ConfigError(str(key), str(e).splitlines()[0]) from None
     _check_options(obj)
     _cross_checks(obj)
     return obj
+
+
+def _in_mix_entry(cfg: DictConfig, err: ConfigError) -> ConfigError:
+    """A task's own check fails with ``task.<key>``; inside ``task=mix`` it names the entry
+    (``task.tasks.<entry>.<key>``), found by checking each entry on its own."""
+    entries = OmegaConf.select(cfg, "task.tasks", default=None)
+    if not isinstance(entries, DictConfig) or not err.key.startswith("task."):
+        return err
+    for name in entries:
+        try:
+            OmegaConf.to_object(entries[name])
+        except ConfigError as inner:
+            if inner.key == err.key:
+                return ConfigError(f"task.tasks.{name}.{err.key[len('task.'):]}", err.reason)
+        except Exception:
+            continue
+    return err
 
 
 def _check_options(c: Config) -> None:

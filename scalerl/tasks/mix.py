@@ -1,16 +1,19 @@
 """``task=mix``: a weighted mixture of tasks, each with its own held-out set and curve.
 
-arXiv 2510.13786 §5 trains on math and code together and fits one curve per task. An
-entry of ``task.tasks`` is a named task config plus its weight:
+arXiv 2510.13786 §5 trains on math and code together and fits one curve per task. Each
+entry of ``task.tasks`` is an ordinary task option, composed by Hydra from
+``conf/task/<option>.yaml`` (so its settings are typed and checked, and errors name
+``task.tasks.<entry>.<setting>``); ``task.weights`` gives each entry's share of the
+train prompts (default 1):
 
     task=mix task.tasks.math.path=polaris.parquet task.tasks.code.path=deepcoder.jsonl
-    '+task.tasks.arith={name: arith, weight: 0.5}'
+    task=mix ~task.tasks.code ~task.weights.code +task@task.tasks.sums=arith +task.weights.sums=0.5 ...
 
 The entry's name labels its metrics (``pass_rate/<entry>``). Each train step draws from
 one pool in which every entry holds a share of the slots proportional to its weight
-(its problems cycled or subsampled to fill them); every entry keeps its own held-out split.
-``task.correct_reward`` and ``task.wrong_reward`` apply to every entry that does not set
-its own.
+(its problems cycled or subsampled to fill them); every entry keeps its own held-out
+split. In ``conf/task/mix.yaml`` the default entries take their rewards from the mix's
+``task.correct_reward`` and ``task.wrong_reward``.
 """
 from __future__ import annotations
 
@@ -19,24 +22,32 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
-from scalerl.core.errors import ConfigError, check
+from scalerl.core.errors import check
 from scalerl.tasks.base import Grades, Problem, TaskConfig, TaskData
 
 
 @dataclass
 class MixConfig(TaskConfig):
     tasks: dict[str, Any] = field(default_factory=dict)
-    """Entry name -> {name: <task option>, weight: <share of train prompts>, <that option's settings>}."""
+    """Entry name -> a task option's config (``+task@task.tasks.NAME=OPTION`` adds one)."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Entry name -> its share of the train prompts (entries not listed: 1)."""
     data_seed: int = 1234
     """Seed of the train pool's mixing (each entry's own data_seed fixes its split)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(len(self.tasks) > 0, "task.tasks", "a mix needs at least one task")
-        self.resolved = {k: _entry(k, dict(v) if v is not None else {}, self) for k, v in self.tasks.items()}
+        for key, sub in self.tasks.items():
+            check(isinstance(sub, TaskConfig) and not isinstance(sub, MixConfig), f"task.tasks.{key}",
+                  f"must be a task option other than mix (compose it with `+task@task.tasks.{key}=<option>`), got {sub!r}")
+        for key, w in self.weights.items():
+            check(key in self.tasks, f"task.weights.{key}",
+                  f"is not an entry of task.tasks ({sorted(self.tasks)}); drop it with `~task.weights.{key}`")
+            check(w > 0, f"task.weights.{key}", f"must be > 0, got {w}")
+
+    def weight(self, key: str) -> float:
+        return float(self.weights.get(key, 1.0))
 
 
 def _registry():
@@ -45,33 +56,12 @@ def _registry():
     return TASKS
 
 
-def _entry(key: str, raw: dict, mix: MixConfig) -> tuple[float, TaskConfig]:
-    """(weight, validated config) of one entry; errors name ``task.tasks.<key>.<setting>``."""
-    where = f"task.tasks.{key}"
-    options = {k: v for k, v in _registry().items() if k != "mix"}
-    name = raw.pop("name", None)
-    check(name in options, f"{where}.name", f"must be one of {sorted(options)}, got {name!r}")
-    weight = raw.pop("weight", 1.0)
-    check(isinstance(weight, (int, float)) and weight > 0, f"{where}.weight", f"must be > 0, got {weight!r}")
-    node = OmegaConf.structured(options[name].schema)
-    node.name = name
-    defaults = {"correct_reward": mix.correct_reward, "wrong_reward": mix.wrong_reward}
-    try:
-        cfg = OmegaConf.to_object(OmegaConf.merge(node, defaults, raw))
-    except ConfigError as e:
-        raise ConfigError(e.key.replace("task.", f"{where}.", 1), e.reason) from None
-    except OmegaConfBaseException as e:
-        sub = getattr(e, "full_key", None) or getattr(e, "key", None) or "?"
-        raise ConfigError(f"{where}.{sub}", str(e).splitlines()[0]) from None
-    return float(weight), cfg
-
-
 def _tag(problems: list[Problem], key: str) -> list[Problem]:
     return [dataclasses.replace(p, task=key) for p in problems]
 
 
 def build_mix(cfg: MixConfig, *, tokenizer=None) -> TaskData:
-    subs = {k: (w, _registry()[c.name].fn(c, tokenizer=tokenizer)) for k, (w, c) in cfg.resolved.items()}
+    subs = {k: (cfg.weight(k), _registry()[c.name].fn(c, tokenizer=tokenizer)) for k, c in cfg.tasks.items()}
     total, weight_sum = sum(len(t.train) for _, t in subs.values()), sum(w for w, _ in subs.values())
     rng = random.Random(cfg.data_seed)
     train, heldout = [], []
