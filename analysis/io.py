@@ -208,7 +208,7 @@ def read_wandb_group(project, group, *, entity=None, api=None, axis="compute", r
     .id, .config, .summary, .state and .scan_history()).  Nothing else here is mocked.
     """
     if api is None:
-        import wandb              # lazy: reading disk must not need wandb
+        import wandb  # lazy: reading disk must not need wandb
         api = wandb.Api()
     path = f"{entity}/{project}" if entity else project
     frames, seen = [], set()
