@@ -282,3 +282,36 @@ def test_required_namespaces_fail_loudly_without_bubblewrap(monkeypatch):
     monkeypatch.setattr(runner.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="bubblewrap"):
         Sandbox(SandboxConfig(isolation="namespaces"))
+
+
+def test_audit_hook_fallback_blocks_sockets_and_ctypes(tmp_path):
+    """Where no network namespace can be made, the process backend blocks Internet sockets
+    and ctypes with an audit hook; forced here, since this kernel does allow namespaces."""
+    import json
+
+    from scalerl.tasks.sandbox.runner import HARNESS
+
+    code = ("import socket\n"
+            "for make in (lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM),\n"
+            "             lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)):\n"
+            "    try:\n"
+            "        make()\n"
+            "        print('SOCKET')\n"
+            "    except PermissionError:\n"
+            "        print('blocked')\n"
+            "try:\n"
+            "    import ctypes\n"
+            "    ctypes.CDLL(None)\n"
+            "    print('CTYPES')\n"
+            "except (PermissionError, ImportError):\n"
+            "    print('blocked')\n"
+            "a, b = socket.socketpair()\n"  # AF_UNIX stays usable
+            "print('unix ok')")
+    job = {"code": code, "style": "stdio", "tests": [""], "fn_name": "", "timeout_s": 10, "cpu_s": 5, "memory_mb": 512,
+           "file_mb": 4, "processes": 8, "output_kb": 64, "uid": None, "reap_all": False, "isolate_network": True,
+           "force_audit_hook": True}
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", HARNESS], input=json.dumps(job), capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    report = json.loads(p.stdout)
+    assert report["setup"]["network"] == "audit_hook"
+    assert report["tests"][0]["stdout"] == "blocked\nblocked\nblocked\nunix ok\n", report

@@ -40,7 +40,9 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     per_rank = b.prompts // world_size
     check(per_rank % b.minibatches == 0, "batch.minibatches",
           f"prompts per rank ({per_rank}) must be divisible by batch.minibatches={b.minibatches}")
-    n_train = getattr(cfg.task, "n_train", None) or 1
+    # File-based tasks (math, code, mix) know their pool size only once the data is read:
+    # 0 here means "unknown"; metrics.jsonl's `epoch` comes from the real pool.
+    n_train = getattr(cfg.task, "n_train", None) or 0
     steps_per_epoch = n_train / b.prompts
     return Derived(
         world_size=world_size,
@@ -49,7 +51,7 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
         prompts_per_minibatch=per_rank // b.minibatches,
         samples_per_minibatch=per_rank // b.minibatches * b.generations,
         steps_per_epoch=steps_per_epoch,
-        epochs=cfg.train.steps / steps_per_epoch,
+        epochs=cfg.train.steps / steps_per_epoch if steps_per_epoch else 0.0,
         max_completion_tokens=cfg.length.completion_budget(phrase_tokens),
         eval_points=1 + math.ceil(cfg.train.steps / cfg.train.eval_every),
     )
