@@ -69,6 +69,7 @@ def test_mix_sweep_logs_a_curve_per_task_and_the_analysis_fits_each(tmp_path, ta
         for row in rows:
             assert {"pass_rate/math", "pass_rate/code", "timeout_rate/code", "crash_rate/code",
                     "response_length/code", "truncation_rate/math"} <= set(row)
+            assert "timeout_rate/math" not in row  # only code reports timeouts and crashes
             # the overall pass rate is the sample-weighted mean of the two held-out sets (4 and 2 problems)
             assert abs(row["pass_rate"] - (4 * row["pass_rate/math"] + 2 * row["pass_rate/code"]) / 6) < 1e-9
     fit = subprocess.run([sys.executable, "-m", "analysis", "fit", str(out / "sweeps" / "mixtest"), "--out",

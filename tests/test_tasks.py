@@ -240,7 +240,7 @@ def test_mix_weights_heldout_per_task_and_routing(polaris, tmp_path):
                    "task.tasks.code.n_heldout=2", "task.wrong_reward=-1")
     assert isinstance(cfg.tasks["math"], MathConfig) and cfg.tasks["code"].wrong_reward == -1
     t = build(cfg)
-    assert t.names == ("math", "code") and t.flags == ("crash", "timeout")
+    assert t.names == ("math", "code") and t.flags == {"code": ("timeout", "crash")}
     counts = {k: sum(p.task == k for p in t.train) for k in t.names}
     assert counts["math"] == 3 * counts["code"] or abs(counts["math"] / (counts["math"] + counts["code"]) - 0.75) < 0.05
     assert [p.task for p in t.heldout].count("math") == 4 and [p.task for p in t.heldout].count("code") == 2

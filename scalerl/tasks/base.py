@@ -76,8 +76,8 @@ class TaskData:
     completion to imitate; None when the task has no targets to imitate (code)."""
     names: tuple[str, ...] = ()
     """The task names that appear in ``Problem.task`` (one, or a mix's entries)."""
-    flags: tuple[str, ...] = ()
-    """The outcome flags ``score`` reports (code: timeout, crash)."""
+    flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Task name -> the outcome flags ``score`` reports for its problems (code: timeout, crash)."""
 
 
 class BuildTaskFn(Protocol):

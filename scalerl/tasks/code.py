@@ -291,4 +291,4 @@ def build_code(cfg: CodeConfig, *, tokenizer=None) -> TaskData:
         return Grades(reward=reward, correct=correct, flags={"timeout": timeout, "crash": crash})
 
     return TaskData(train=train, heldout=heldout, score=score, sft_stream=None, names=("code",),
-                    flags=("timeout", "crash"))
+                    flags={"code": ("timeout", "crash")})

@@ -70,7 +70,8 @@ def build_mix(cfg: MixConfig, *, tokenizer=None) -> TaskData:
         order = [p for _ in range(-(-slots // len(pool))) for p in rng.sample(pool, len(pool))]
         train += order[:slots]
         heldout += _tag(t.heldout, key)
-    flags = tuple(sorted({f for _, t in subs.values() for f in t.flags}))
+    reported = {k: tuple(f for fs in t.flags.values() for f in fs) for k, (_, t) in subs.items()}
+    flags = tuple(sorted({f for fs in reported.values() for f in fs}))
 
     def score(texts: Sequence[str], problems: Sequence[Problem]) -> Grades:
         reward, correct = [0.0] * len(texts), [False] * len(texts)
@@ -96,4 +97,4 @@ def build_mix(cfg: MixConfig, *, tokenizer=None) -> TaskData:
             yield dataclasses.replace(next(its[key]), task=key)
 
     return TaskData(train=train, heldout=heldout, score=score, sft_stream=sft_stream if streams else None,
-                    names=tuple(subs), flags=flags)
+                    names=tuple(subs), flags={k: fs for k, fs in reported.items() if fs})

@@ -23,7 +23,8 @@ def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, **gen_k
     problems = task.heldout[dist.rank :: dist.world]
     rng = torch.Generator().manual_seed(10_007 * seed + step + 1)
     per_chunk = max(1, EVAL_CHUNK // samples)
-    names, flags = list(task.names), list(task.flags)
+    names = list(task.names)
+    flags = sorted({f for fs in task.flags.values() for f in fs})
     # per task: correct, samples, generated tokens, truncated, then one column per flag
     sums = torch.zeros(len(names) + 1, 4 + len(flags), dtype=torch.float64)  # last row: all tasks
     by_kind: dict[str, list[float]] = {}
@@ -49,7 +50,8 @@ def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, **gen_k
         out[f"pass_rate/{name}"] = (total[i, 0] / n[i]).item()
         out[f"response_length/{name}"] = (total[i, 2] / n[i]).item()
         out[f"truncation_rate/{name}"] = (total[i, 3] / n[i]).item()
-        out.update({f"{f}_rate/{name}": (total[i, 4 + j] / n[i]).item() for j, f in enumerate(flags)})
+        out.update({f"{f}_rate/{name}": (total[i, 4 + j] / n[i]).item() for j, f in enumerate(flags)
+                    if f in task.flags.get(name, ())})
     if dist.world == 1:  # per-kind breakdown is rank-local; only exact single-process
         out.update({f"pass_rate/{k}": sum(v) / len(v) for k, v in sorted(by_kind.items()) if k})
     return out
