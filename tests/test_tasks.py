@@ -261,3 +261,25 @@ def test_mix_can_hold_the_embedded_task_and_compose_on_the_command_line(polaris)
     with pytest.raises(ConfigError) as e:
         task_cfg("task=mix", f"task.tasks.math.path={polaris['jsonl']}", "task.tasks.code.path=missing.jsonl")
     assert e.value.key == "task.tasks.code.path"
+
+
+def test_a_prompt_that_starts_with_bos_gets_no_second_one():
+    """Chat templates often write BOS themselves; the rollout must not prepend another."""
+    from scalerl.train.rollout import encode_prompt
+
+    class Tok:
+        bos_token_id = 1
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [1 if w == "<s>" else 7 for w in text.split()]}
+
+    assert encode_prompt(Tok(), "<s> hi there") == [1, 7, 7]
+    assert encode_prompt(Tok(), "hi there") == [1, 7, 7]
+
+
+def test_derived_epochs_are_unknown_for_file_tasks(polaris):
+    from scalerl.config.derive import derive
+
+    d = derive(validate(compose(["task=math", f"task.path={polaris['jsonl']}"])))
+    assert d.steps_per_epoch == 0 and d.epochs == 0  # known only once the file is read
+    assert derive(validate(compose(["task=arith", "task.n_train=64", "batch.prompts=16"]))).steps_per_epoch == 4
