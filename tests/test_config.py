@@ -13,7 +13,18 @@ from scalerl.config.groups import OPTION_GROUPS, PRESET_GROUPS
 from scalerl.launch.studies import load_study
 from scalerl.registry import AXES
 
-EXTRA = {("model", "hf"): ["model.path=/tmp/some/checkpoint"]}  # options with a required value
+
+@pytest.fixture(scope="module")
+def hf_ckpt(tmp_path_factory):
+    """A directory that passes model.path's check (validation reads only its config.json's presence)."""
+    path = tmp_path_factory.mktemp("hf-ckpt")
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def extra(group: str, option: str, hf_ckpt) -> list[str]:
+    """Overrides an option needs to validate (its required values)."""
+    return [f"model.path={hf_ckpt}"] if (group, option) == ("model", "hf") else []
 
 
 def yaml_options(group: str) -> set[str]:
@@ -32,8 +43,8 @@ def all_group_options():
 
 
 @pytest.mark.parametrize("group,option", list(all_group_options()))
-def test_every_option_composes_and_validates(group, option):
-    cfg = validate(compose([f"{group}={option}", *EXTRA.get((group, option), [])]))
+def test_every_option_composes_and_validates(group, option, hf_ckpt):
+    cfg = validate(compose([f"{group}={option}", *extra(group, option, hf_ckpt)]))
     node = getattr(cfg, group, None)
     if group == "recipe":
         assert cfg.recipe == option
@@ -54,10 +65,10 @@ def foreign_settings():
 
 
 @pytest.mark.parametrize("group,option,key", list(foreign_settings()))
-def test_a_setting_of_another_option_fails_at_compose_naming_the_key(group, option, key):
+def test_a_setting_of_another_option_fails_at_compose_naming_the_key(group, option, key, hf_ckpt):
     # e.g. `filter=none filter.npr_threshold=0.5` must not train with NPR while labelled `none`.
     with pytest.raises(Exception) as e:
-        compose([f"{group}={option}", f"{group}.{key}=1", *EXTRA.get((group, option), [])])
+        compose([f"{group}={option}", f"{group}.{key}=1", *extra(group, option, hf_ckpt)])
     err = as_config_error(e.value)
     assert err.key == f"{group}.{key}" and f"{group}={option}" in str(err)
 
