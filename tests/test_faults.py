@@ -154,12 +154,12 @@ def test_a_sweep_parent_killed_at_4_points_ends_identical_to_an_uninterrupted_on
     proc = popen_cli(SWEEP, tmp_path, tmp_path / "2.log")
     kill_parent_when(proc, lambda: sweep.exists() and len(arms(sweep)) == 2 and all(
         read_rows(a / "metrics.jsonl") for a in arms(sweep)), "both arms' step-0 rows")
+    behind = min(arms(sweep), key=lambda a: len(read_rows(a / "steps.jsonl")))  # at most a step into its 8
     pids = [json.loads((a / "progress.json").read_text())["pid"] for a in arms(sweep)]
     wait_for(lambda: not any(process_alive(pid, socket.gethostname()) for pid in pids), timeout=120,
              what="the orphaned arms to stop")
-    for a in arms(sweep):
-        assert json.loads((a / "progress.json").read_text())["status"] == "interrupted"  # checkpointed, stopped
-        assert not (a / "summary.json").exists()
+    assert json.loads((behind / "progress.json").read_text())["status"] == "interrupted"  # checkpointed, stopped
+    assert not (behind / "summary.json").exists()  # (the other arm may have finished before the kill)
 
     # 3) mid-run, relaunched at once: an arm still finishing its step is waited for, then resumed
     proc = popen_cli(SWEEP, tmp_path, tmp_path / "3.log")
