@@ -14,12 +14,41 @@ On a SLURM cluster, run it on a CPU node after the sweep's array finishes, e.g.
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 from analysis.fit import METHODS, FitOptions
-from analysis.io import AXES
+from analysis.io import AXES, InputError
 from analysis.leaderboard import MARGIN
 from analysis.pipeline import FORECAST_OPTIONS, analyze_extrapolation, analyze_sweep
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (what is wrong and --help), not the usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(text, *, low=-math.inf, high=math.inf, low_open=False, high_open=False, integer=False):
+    """A finite number in [low, high] (or open ends); argparse turns the TypeError into one line."""
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if integer else 'a number'}") from None
+    inside = (low < value if low_open else low <= value) and (value < high if high_open else value <= high)
+    if not (math.isfinite(value) and inside):
+        kind = "an integer" if integer else "a finite number"
+        where = (f"{'>' if low_open else '>='} {low:g}" if high == math.inf else
+                 f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}")
+        raise argparse.ArgumentTypeError(f"must be {kind} {where}, got {text}")
+    return value
+
+
+def _ranged(**bounds):
+    return lambda text: _number(text, **bounds)
 
 
 def _min_compute(text):
@@ -28,9 +57,9 @@ def _min_compute(text):
     if lowered == "none":
         return None
     if lowered.endswith("%"):
-        float(lowered[:-1])            # fail here, with argparse's message, not once per run
+        _number(lowered[:-1], low=0.0, high=100.0, high_open=True)  # fail here, not once per run
         return lowered
-    return lowered if lowered == "auto" else float(lowered)
+    return lowered if lowered == "auto" else _number(lowered, low=0.0)
 
 
 def _common(p):
@@ -41,7 +70,7 @@ def _common(p):
     p.add_argument("--min-compute", type=_min_compute, default=FitOptions.min_compute, metavar="X",
                    help="fit only points with compute >= X: 'auto' (first epoch, capped at 25%% of "
                         "the run; 10%% without epochs), 'P%%' of each run, an absolute value, or 'none'")
-    p.add_argument("--r0", type=float, default=FitOptions.r0, metavar="V",
+    p.add_argument("--r0", type=_ranged(low=0.0, high=1.0), default=FitOptions.r0, metavar="V",
                    help="fix R0 for every run (default: each run's step-0 eval)")
     p.add_argument("--method", choices=list(METHODS), default=FitOptions.method,
                    help="closed_form (default: closed-form A + 2-D grid + least_squares) or "
@@ -56,18 +85,18 @@ def _common(p):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="python -m analysis", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     fit = sub.add_parser("fit", help="fit every run, rank them, write leaderboard.csv and PNGs")
     _common(fit)
-    fit.add_argument("--fit-until", type=float, default=FitOptions.fit_until, metavar="X",
+    fit.add_argument("--fit-until", type=_ranged(low=0.0, low_open=True), default=FitOptions.fit_until, metavar="X",
                      help="fit only compute <= X and predict the rest (adds pred_final, obs_final)")
-    fit.add_argument("--n-boot", type=int, default=FitOptions.n_boot, metavar="N",
+    fit.add_argument("--n-boot", type=_ranged(low=0, integer=True), default=FitOptions.n_boot, metavar="N",
                      help="bootstrap replicates (default %(default)s; 0: none)")
-    fit.add_argument("--margin", type=float, default=MARGIN,
+    fit.add_argument("--margin", type=_ranged(low=0.0), default=MARGIN,
                      help="A values within this are tied and ordered by B at a common A (paper: 0.02)")
-    fit.add_argument("--target-compute", type=float, default=None, metavar="C",
+    fit.add_argument("--target-compute", type=_ranged(low=0.0, low_open=True), default=None, metavar="C",
                      help="also rank by predicted reward at compute C (which recipe wins at my budget?)")
     fit.add_argument("--max-a-width", type=float, default=FitOptions.max_a_width,
                      help="an A interval wider than this marks A_unidentified (default %(default)s)")
@@ -77,8 +106,10 @@ def build_parser():
 
     ext = sub.add_parser("extrapolate", help="fit on the first fraction of compute, score the forecast")
     _common(ext)
-    ext.add_argument("--fraction", type=float, default=0.5, help="fraction of each run's compute to fit on")
-    ext.add_argument("--n-final", type=int, default=3, help="observed final reward = mean of the last N evals")
+    ext.add_argument("--fraction", type=_ranged(low=0.0, high=1.0, low_open=True, high_open=True), default=0.5,
+                     help="fraction of each run's compute to fit on, in (0, 1): the rest is what it predicts")
+    ext.add_argument("--n-final", type=_ranged(low=1, integer=True), default=3,
+                     help="observed final reward = mean of the last N evals (N >= 1)")
     return parser
 
 
@@ -88,16 +119,25 @@ def main(argv=None):
     fields = dict(r0=args.r0, min_compute=args.min_compute, method=args.method, seed=args.seed)
     if args.command == "fit":
         fields.update(fit_until=args.fit_until, n_boot=args.n_boot, max_a_width=args.max_a_width)
-    try:        # one FitOptions; a bad value exits here with the usage line, naming the option
+    try:        # one FitOptions; a bad value exits here with one line, naming the option
         options = replace(FitOptions() if args.command == "fit" else FORECAST_OPTIONS, **fields)
     except ValueError as err:
         parser.error(str(err))
     common = dict(axis=args.axis, plots=args.plots, quiet=args.quiet, metrics=tuple(args.metric or ["pass_rate"]))
-    if args.command == "fit":
-        analyze_sweep(args.path, args.out, options, margin=args.margin,
-                      target_compute=args.target_compute, wandb=args.wandb,
-                      wandb_project=args.wandb_project, wandb_group=args.wandb_group, **common)
-    else:
-        analyze_extrapolation(args.path, args.out, options, fraction=args.fraction,
-                              n_final=args.n_final, **common)
+    try:        # bad input files: one line naming the file, exit 2, nothing overwritten
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {out} is a file; give a directory for the results")
+        if not Path(args.path).exists():
+            raise InputError(f"{args.path}: no such sweep directory or points CSV")
+        if args.command == "fit":
+            analyze_sweep(args.path, out, options, margin=args.margin,
+                          target_compute=args.target_compute, wandb=args.wandb,
+                          wandb_project=args.wandb_project, wandb_group=args.wandb_group, **common)
+        else:
+            analyze_extrapolation(args.path, out, options, fraction=args.fraction,
+                                  n_final=args.n_final, **common)
+    except (InputError, OSError) as err:
+        print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
+        return 2
     return 0

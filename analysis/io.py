@@ -5,18 +5,24 @@ Readers turn a source into the tidy points table of `analysis.runs`:
                             summary.json) is a run, at any depth (Hydra nests one level)
     read_points_csv(file)   run,compute,reward[,r0,seed,<axis>...]
     read_wandb_group(...)   a W&B group through the public API (needs network)
-Writers: `write_csv`, `save_figure`.  The trainer's run-directory contract:
+Writers: `write_csv`, `save_figure`, both atomic (a temporary file renamed over the
+result), so a crash or a full disk never leaves half a leaderboard.
+The trainer's run-directory contract:
     config.yaml    resolved config; each axis is a node with a `name`; recipe, seed,
                    batch.prompts, batch.generations
-    metrics.jsonl  one eval per line: step, compute, device_hours, tokens, epoch,
-                   pass_rate (= reward); a killed run may leave a partial last line
+    metrics.jsonl  one eval per line, strictly increasing step: step, compute, device_hours,
+                   tokens, epoch, pass_rate (= reward); a killed run may leave a partial last line
     summary.json   status, run_name, arm_hash, axes, seed, loss_clamp, error (may be absent)
+Input the trainer could not have written (a corrupt middle row, steps out of order, a
+reward outside [0, 1], negative compute, a CSV that is empty, ragged or binary) raises
+`InputError`, one line naming the file and the line; the CLI prints it and exits 2.
 """
 from __future__ import annotations
 
 import fnmatch
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +34,20 @@ WANDB_STATES = {"finished": "done", "running": "running", "failed": "failed",
                 "crashed": "failed", "killed": "failed", "preempted": "preempted"}
 
 
+class InputError(ValueError):
+    """Input the analysis cannot trust; the message is one line naming the file (and line)."""
+
+
+def check_value(where, column, value):
+    """Raise InputError unless `value` is a plausible `column` value (NaN: missing, allowed)."""
+    if isinstance(value, float) and math.isnan(value):
+        return
+    if column == "compute" and not value >= 0:
+        raise InputError(f"{where}: compute {value!r} is negative or not a number")
+    if column == "reward" and not 0.0 <= value <= 1.0:
+        raise InputError(f"{where}: reward {value!r} is outside [0, 1]")
+
+
 # ---------------------------------------------------------------- scalerl sweep directories
 def find_run_dirs(root):
     """Directories under (or equal to) `root` holding metrics.jsonl or summary.json."""
@@ -37,19 +57,43 @@ def find_run_dirs(root):
 
 
 def read_metrics(path):
-    """Eval records from a metrics.jsonl; unparseable lines (a killed run's last) are skipped."""
-    records = []
+    """Eval records from a metrics.jsonl (none if it is missing).
+
+    Only a last line without its newline (a killed run's row) may be unparseable; any
+    other bad line, or a step that does not increase, raises InputError naming the line.
+    """
     try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        return records
-    for line in text.splitlines():
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file") from None
+    lines = text.split("\n")
+    records, previous = [], None
+    for number, line in enumerate(lines, 1):
+        last = number == len(lines)
+        if last and not line.strip():
+            break
         try:
             record = json.loads(line)
         except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
+            if last:                    # cut short by a kill: the run redoes it on resume
+                break
+            raise InputError(f"{path} line {number}: not a JSON row: {line[:60]!r}") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{path} line {number}: not a JSON object: {line[:60]!r}")
+        step = record.get("step")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+            raise InputError(f"{path} line {number}: step {step!r} is not a number")
+        if step is not None:
+            if previous is not None and not step > previous:
+                raise InputError(f"{path} line {number}: step {step} after step {previous};"
+                                 " rows must be strictly increasing in step")
+            previous = step
+        check_value(f"{path} line {number}", "reward", _number(record.get(REWARD_KEY)))
+        for axis in AXES:
+            check_value(f"{path} line {number}", "compute", _number(record.get(axis)))
+        records.append(record)
     return records
 
 
@@ -174,15 +218,42 @@ def read_sweep(path, *, axis="compute", metrics=(REWARD_KEY,)):
 # ---------------------------------------------------------------- CSV
 def read_points_csv(path, metric=None):
     """A tidy CSV with at least run,compute,reward (optional r0, seed, and axis columns);
-    `metric` names another column to fit instead of reward."""
-    points = pd.read_csv(path)
+    `metric` names another column to fit instead of reward.
+
+    Raises InputError for an empty, ragged or binary file, a missing column, and a value
+    that is not a number, a negative compute or a reward outside [0, 1] (naming the line).
+    """
+    with open(path, "rb") as f:
+        if b"\x00" in f.read(1 << 16):
+            raise InputError(f"{path}: not a text CSV file (binary data)")
+    try:
+        points = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{path}: empty file; need a header run,compute,reward and one row per eval") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text CSV file") from None
+    except pd.errors.ParserError as err:
+        raise InputError(f"{path}: not a valid CSV ({str(err).strip().splitlines()[-1]})") from None
     if metric and metric != REWARD_KEY:
         if metric not in points.columns:
-            raise ValueError(f"{path}: no column {metric!r} (from --metric); columns: {list(points.columns)}")
+            raise InputError(f"{path}: no column {metric!r} (from --metric); columns: {list(points.columns)}")
         points = points.drop(columns=["reward"], errors="ignore").rename(columns={metric: "reward"})
     missing = [c for c in ("run", "compute", "reward") if c not in points.columns]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; need run,compute,reward")
+        raise InputError(f"{path}: missing column(s) {missing}; need run,compute,reward")
+    if points.empty:
+        raise InputError(f"{path}: no rows under the header")
+    for column in ("compute", "reward", "r0"):
+        if column not in points.columns:
+            continue
+        values = pd.to_numeric(points[column], errors="coerce")
+        bad = values.isna() & points[column].notna()
+        if bad.any():
+            row = int(bad.idxmax())
+            raise InputError(f"{path} line {row + 2}: {column} {points[column][row]!r} is not a number")
+        for row, value in values.items():
+            check_value(f"{path} line {row + 2}", "reward" if column == "r0" else column, float(value))
+        points[column] = values
     points["run"] = points["run"].astype(str)
     return points
 
@@ -194,7 +265,7 @@ def read_points(path, *, axis="compute", metrics=(REWARD_KEY,)):
         return read_sweep(path, axis=axis, metrics=metrics)
     if path.is_file():
         if is_multi(metrics):
-            raise ValueError("a points CSV holds one curve per run: give --metric a single column name")
+            raise InputError("a points CSV holds one curve per run: give --metric a single column name")
         return read_points_csv(path, metrics[0])
     raise FileNotFoundError(f"{path}: neither a sweep directory nor a points CSV")
 
@@ -228,18 +299,27 @@ def read_wandb_group(project, group, *, entity=None, api=None, axis="compute", r
 
 
 # ---------------------------------------------------------------- writing
-def write_csv(table, path):
+def _atomic(path, write):
+    """Write through a temporary next to `path`, then rename it over `path`; never half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def write_csv(table, path):
+    return _atomic(path, lambda tmp: table.to_csv(tmp, index=False))
 
 
 def save_figure(fig, path, dpi=130):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight", facecolor="white")
-    return path
+    return _atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, bbox_inches="tight", facecolor="white",
+                                                 format=Path(path).suffix.lstrip(".") or "png"))
 
 
 def safe_name(text, limit=80):

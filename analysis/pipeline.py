@@ -3,6 +3,8 @@
     board = analyze_sweep("outputs/sweeps/loss", "results/", FitOptions(n_boot=100), quiet=True)
 
 It never raises on a bad curve or a failed run: those become statuses on the leaderboard.
+Bad input (no runs at all, a corrupt file, a value out of range) raises io.InputError
+before anything is written, so an earlier result is never replaced by an empty one.
 """
 from __future__ import annotations
 
@@ -18,15 +20,18 @@ from analysis.fit import FitOptions
 from analysis.leaderboard import MARGIN, format_leaderboard, leaderboard
 from analysis.runs import axis_columns, curves, fit_runs
 
-LEADERBOARD_COLUMNS = ["run", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi", "C_mid",
-                       "C_mid_lo", "C_mid_hi", "R0", "n_points", "last_compute"]
 FORECAST_OPTIONS = FitOptions(n_boot=0)    # extrapolate scores the point fit: skip the bootstrap
 AXIS_LABELS = {"compute": "training compute (FLOPs)", "device_hours": "device-hours",
                "tokens": "generated tokens"}
 
 
 def _load(source, axis, metrics=(io.REWARD_KEY,)):
-    return source.copy() if isinstance(source, pd.DataFrame) else io.read_points(source, axis=axis, metrics=metrics)
+    """The points table of `source`; InputError if it holds no runs (nothing is written then)."""
+    points = source.copy() if isinstance(source, pd.DataFrame) else io.read_points(source, axis=axis, metrics=metrics)
+    if points.empty:
+        raise io.InputError(f"no runs found in {source}: nothing to fit"
+                            + ("" if isinstance(source, pd.DataFrame) else "; any earlier results are left as they were"))
+    return points
 
 
 def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="compute", margin=MARGIN,
@@ -43,12 +48,6 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     """
     out = Path(out_dir)
     points = _load(path, axis, tuple(metrics))
-    if points.empty:
-        board = pd.DataFrame(columns=LEADERBOARD_COLUMNS)
-        io.write_csv(board, out / "leaderboard.csv")
-        if not quiet:
-            print(f"no runs found in {path}")
-        return board
     fits = fit_runs(points, options)
     board = leaderboard(points, fits, options, margin=margin, target_compute=target_compute)
     io.write_csv(board, out / "leaderboard.csv")
@@ -86,15 +85,13 @@ def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS,
     options.fit_until must be None since `fraction` sets it per run.
     Writes out_dir/extrapolation.csv (and extrapolation.png); returns the ExtrapolationCheck.
     """
+    if not 0.0 < fraction < 1.0:     # 1 would score the fit on the very points it was fitted to
+        raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
+    if not (isinstance(n_final, int) and n_final >= 1):
+        raise ValueError(f"n_final must be an integer >= 1, got {n_final!r}")
     out = Path(out_dir)
     points = _load(path, axis, tuple(metrics))
-    check = extrapolation_check(points, fraction, options, n_final=n_final) if not points.empty else None
-    if check is None:
-        io.write_csv(pd.DataFrame(columns=["run", "fraction", "pred_final", "obs_final", "abs_error"]),
-                     out / "extrapolation.csv")
-        if not quiet:
-            print(f"no runs found in {path}")
-        return None
+    check = extrapolation_check(points, fraction, options, n_final=n_final)
     io.write_csv(check.per_run, out / "extrapolation.csv")
     if plots != "none":
         io.save_figure(draw.plot_extrapolation(check.per_run, check.aggregate), out / "extrapolation.png")

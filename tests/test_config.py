@@ -13,14 +13,22 @@ from scalerl.config.groups import OPTION_GROUPS, PRESET_GROUPS
 from scalerl.launch.studies import load_study
 from scalerl.registry import AXES
 
-EXTRA = {("model", "hf"): ["model.path=/tmp/some/checkpoint"]}  # options with a required value
+
+@pytest.fixture(scope="module")
+def hf_ckpt(tmp_path_factory):
+    """A directory that passes model.path's check (validation reads only its config.json's presence)."""
+    path = tmp_path_factory.mktemp("hf-ckpt")
+    (path / "config.json").write_text("{}")
+    return path
 
 
-def extra(group: str, option: str, files: dict) -> list[str]:
-    """Required values of an option; task files are written by the ``task_files`` fixture."""
-    tasks = {("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}"],
+def extra(group: str, option: str, files: dict, hf_ckpt) -> list[str]:
+    """Required values of an option: a checkpoint directory for model=hf, and the task files
+    written by the ``task_files`` fixture for the file-based tasks."""
+    needs = {("model", "hf"): [f"model.path={hf_ckpt}"],
+             ("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}"],
              ("task", "mix"): [f"task.tasks.math.path={files['math']}", f"task.tasks.code.path={files['code']}"]}
-    return EXTRA.get((group, option), tasks.get((group, option), []))
+    return needs.get((group, option), [])
 
 
 def yaml_options(group: str) -> set[str]:
@@ -39,8 +47,8 @@ def all_group_options():
 
 
 @pytest.mark.parametrize("group,option", list(all_group_options()))
-def test_every_option_composes_and_validates(group, option, task_files):
-    cfg = validate(compose([f"{group}={option}", *extra(group, option, task_files)]))
+def test_every_option_composes_and_validates(group, option, task_files, hf_ckpt):
+    cfg = validate(compose([f"{group}={option}", *extra(group, option, task_files, hf_ckpt)]))
     node = getattr(cfg, group, None)
     if group == "recipe":
         assert cfg.recipe == option
@@ -61,10 +69,10 @@ def foreign_settings():
 
 
 @pytest.mark.parametrize("group,option,key", list(foreign_settings()))
-def test_a_setting_of_another_option_fails_at_compose_naming_the_key(group, option, key):
+def test_a_setting_of_another_option_fails_at_compose_naming_the_key(group, option, key, task_files, hf_ckpt):
     # e.g. `filter=none filter.npr_threshold=0.5` must not train with NPR while labelled `none`.
     with pytest.raises(Exception) as e:
-        compose([f"{group}={option}", f"{group}.{key}=1", *EXTRA.get((group, option), [])])
+        compose([f"{group}={option}", f"{group}.{key}=1", *extra(group, option, task_files, hf_ckpt)])
     err = as_config_error(e.value)
     assert err.key == f"{group}.{key}" and f"{group}={option}" in str(err)
 

@@ -131,10 +131,11 @@ def test_importing_the_plugins_loads_nothing_heavy_and_registers_nothing():
 
 def test_composing_and_validating_loads_neither_torch_nor_transformers():
     out = fresh(
-        "import sys\n"
+        "import pathlib, sys, tempfile\n"
         "from scalerl.config import compose, validate\n"
         "from scalerl.registry import build_recipe\n"
-        "for o in (['loss=dapo'], ['recipe=minimax'], ['model=hf', 'model.path=/x']): build_recipe(validate(compose(o)))\n"
+        "hf = pathlib.Path(tempfile.mkdtemp()); (hf / 'config.json').write_text('{}')\n"
+        "for o in (['loss=dapo'], ['recipe=minimax'], ['model=hf', f'model.path={hf}']): build_recipe(validate(compose(o)))\n"
         "print([m for m in ('torch', 'transformers', 'tokenizers', 'wandb', 'pandas') if m in sys.modules])")
     assert out == "[]"
 

@@ -8,6 +8,10 @@ stay fast.
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import math
+
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -23,6 +27,7 @@ def validate(cfg: DictConfig) -> Config:
 
     Raises ``ConfigError`` naming the key to fix.
     """
+    _check_known_keys(cfg)
     try:
         obj = OmegaConf.to_object(cfg)
     except ConfigError as e:
@@ -30,6 +35,7 @@ def validate(cfg: DictConfig) -> Config:
     except OmegaConfBaseException as e:  # missing value, wrong type, ...
         key = getattr(e, "full_key", None) or "config"
         raise ConfigError(str(key), str(e).splitlines()[0]) from None
+    _check_finite(obj, "")
     _check_options(obj)
     _cross_checks(obj)
     return obj
@@ -50,6 +56,48 @@ def _in_mix_entry(cfg: DictConfig, err: ConfigError) -> ConfigError:
         except Exception:
             continue
     return err
+
+
+def _check_known_keys(node: DictConfig, path: str = "") -> None:
+    """Every key is a field of its node's schema.
+
+    Hydra's ``+key=value`` adds a key even to a typed node, and ``OmegaConf.to_object``
+    then sets it as a stray attribute that nothing reads: ``+train.stepz=10`` (a typo)
+    would train 1000 steps without a word.
+    """
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        fields = sorted(f.name for f in dataclasses.fields(schema))
+        for key in node.keys():
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), fields, n=1)
+                fix = f"did you mean `{path}{close[0]}=...`?" if close else f"remove it; the settings there are {fields}"
+                raise ConfigError(f"{path}{key}", f"`{key}` is not a setting of {_where(path, schema)}", fix)
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            _check_known_keys(child, f"{path}{key}.")
+
+
+def _where(path: str, schema) -> str:
+    group = path.split(".", 1)[0]
+    option = next((n for n, o in OPTION_GROUPS.get(group, {}).items() if o.schema is schema), None)
+    return f"{group}={option}" if option else (f"`{path.rstrip('.')}`" if path else "the run config")
+
+
+def _check_finite(value, key: str) -> None:
+    """No NaN or infinity anywhere: ``train.lr=inf`` passes ``> 0`` and turns every parameter into NaN."""
+    if isinstance(value, float):
+        check(math.isfinite(value), key, f"must be a finite number, got {value}")
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            _check_finite(getattr(value, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_finite(v, key)
 
 
 def _check_options(c: Config) -> None:

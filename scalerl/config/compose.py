@@ -6,7 +6,7 @@ import re
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
-from hydra.errors import ConfigCompositionException, MissingConfigException
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ReadonlyConfigError
 
@@ -46,6 +46,11 @@ def as_config_error(exc: Exception) -> ConfigError:
         return ConfigError(key, f"`{leaf}` is not a setting of {where}")
     if key:
         return ConfigError(key, str(cause).splitlines()[0])
+    if isinstance(exc, OverrideParseException):
+        override = getattr(exc, "override", "")
+        return ConfigError(override.lstrip("+~").split("=", 1)[0] or "overrides",
+                           f"cannot parse `{override}`: {str(exc).splitlines()[0]}",
+                           "write it as key=value; lists as [a,b] (https://hydra.cc/docs/advanced/override_grammar/basic)")
     if isinstance(exc, (ConfigCompositionException, MissingConfigException)):
         return ConfigError("overrides", str(exc).splitlines()[0])
     return ConfigError("config", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")

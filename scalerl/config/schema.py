@@ -70,6 +70,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check(self.steps > 0, "train.steps", f"must be > 0, got {self.steps}")
         check(self.lr > 0, "train.lr", f"must be > 0, got {self.lr}")
+        check(self.adam_eps > 0, "train.adam_eps", f"must be > 0, got {self.adam_eps}")
+        check(self.weight_decay >= 0, "train.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(self.warmup_steps >= 0, "train.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.betas", f"need two values in [0, 1), got {self.betas}")
         check(self.eval_every > 0, "train.eval_every", f"must be > 0, got {self.eval_every}")
         check(self.eval_samples > 0, "train.eval_samples", f"must be > 0, got {self.eval_samples}")
@@ -80,6 +83,7 @@ class TrainConfig:
         check(self.device in DEVICES, "train.device", f"must be one of {DEVICES}, got {self.device!r}")
         check(self.threads >= 0, "train.threads", f"must be >= 0, got {self.threads}")
         check(self.max_nan_skips >= 1, "train.max_nan_skips", f"must be >= 1, got {self.max_nan_skips}")
+        check(self.gpus >= 0, "train.gpus", f"must be >= 0 (0 = one per rank), got {self.gpus}")
 
 
 @dataclass
@@ -102,3 +106,6 @@ class RunSettings:
 Config = make_dataclass(
     "Config", [(group, Any, field(default=MISSING)) for group in OPTION_GROUPS], bases=(RunSettings,))
 Config.__doc__ = "A run: ``RunSettings`` plus one node per option group (``groups.OPTION_GROUPS``)."
+# Importable by name, so pickling (the local launcher's arms) refers to this class instead of
+# copying it by value: a copy's fields no longer pass dataclasses.fields()' identity check.
+Config.__module__ = __name__

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 
 class ConfigError(ValueError):
-    def __init__(self, key: str, message: str):
+    def __init__(self, key: str, message: str, fix: str | None = None):
         self.key = key
         self.reason = message
-        super().__init__(f"{key}: {message}  (fix it with `{key}=...` on the command line or in its YAML)")
+        fix = fix or f"fix it with `{key}=...` on the command line or in its YAML"
+        super().__init__(f"{key}: {message}  ({fix})")
 
 
 def check(ok: bool, key: str, message: str) -> None:

@@ -7,10 +7,14 @@ job), so that importing scalerl's Hydra plugins registers nothing.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
+from scalerl.config import ConfigError, as_config_error
 from scalerl.config.store import register_schemas
 from scalerl.core.paths import conf_dir
 from scalerl.launch.rundir import register_resolver
@@ -37,8 +41,21 @@ def hydra_argv(argv: list[str]) -> list[str]:
     return args
 
 
+CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
+"""What bad input raises before anything runs: composing (an unknown option, a value of the wrong type,
+bad override syntax), validating, or planning a sweep."""
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     sys.argv = [sys.argv[0], *hydra_argv(argv)]
     register()
-    hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(run_arm)()
+    # Hydra prints its own report of an error (a stripped traceback, or a config search path)
+    # unless HYDRA_FULL_ERROR is set, in which case it re-raises. We set it to receive the
+    # error, so bad input prints one line naming the key and exits 2, whatever Hydra would do.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(run_arm)()
+    except CONFIG_ERRORS as e:
+        print(f"[scalerl] config error: {as_config_error(e)}", file=sys.stderr)
+        sys.exit(2)

@@ -5,13 +5,21 @@ Each arm gets a fresh spawned process with ``threads_per_arm`` torch threads
 fixed thread count keeps each arm reproducible; docs/embedded.md). Its output goes to
 ``<run_dir>/train.log``; the parent shows one live table for all arms.
 Ctrl-C reaches every arm, which checkpoints and stops; relaunch to resume.
+
+Arms die with their parent: killing the sweep (even ``kill -9``) is how people stop
+it, and an orphaned arm would train on unseen, hold its run's lock and leave a stale
+leaderboard. Each arm watches its parent and, once it is gone, stops the way Ctrl-C
+stops it: a checkpoint at the next step boundary, nothing lost. A relaunch that finds
+an arm still finishing that step waits for it (``sweeping.run_sweep`` adopts live arms).
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -24,16 +32,34 @@ from omegaconf import open_dict
 from rich.live import Live
 from rich.table import Table
 
+from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json
 from scalerl.launch.app import register
 from scalerl.launch.jobs import failed_return, write_launch_record
 from scalerl.launch.rundir import sweep_run_dir
 
+PARENT_POLL_S = 1.0
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM this arm once its sweep process is gone (it then checkpoints and stops, as on Ctrl-C).
+
+    Polls the parent pid (portable, unlike Linux's PR_SET_PDEATHSIG, which also fires when the
+    executor thread that spawned the worker exits).
+    """
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
+
 
 def _child(blob: bytes) -> bytes:
     """Runs in the spawned process: one Hydra job, output to train.log."""
+    hydra_context, task_function, sweep_config, singleton_state, threads, parent = cloudpickle.loads(blob)
+    _die_with_parent(parent)
     register()  # the ${scalerl_run_name:} resolver, before anything resolves
-    hydra_context, task_function, sweep_config, singleton_state, threads = cloudpickle.loads(blob)
     os.environ["SCALERL_NUM_THREADS"] = str(threads)
     os.environ["SCALERL_NO_BAR"] = "1"
     run_dir = sweep_run_dir(sweep_config)
@@ -78,13 +104,14 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     workers = launcher.n_parallel or auto_parallel(len(jobs), launcher.threads_per_arm)
     workers = max(1, min(workers, len(jobs)))
     print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {launcher.threads_per_arm} thread(s) each; "
-          f"logs in <run dir>/train.log")
+          f"logs in <run dir>/train.log", flush=True)
+    failpoint("sweep.launched")  # crash tests: launch records written, no arm started
     state = Singleton.get_state()
     ctx = mp.get_context("spawn")
     results: list[JobReturn | None] = [None] * len(jobs)
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1) as pool:
         futures = {pool.submit(_child, cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state,
-                                                          launcher.threads_per_arm))): k
+                                                          launcher.threads_per_arm, os.getpid()))): k
                    for k, (_, cfg) in enumerate(jobs)}
         try:
             _watch(futures, [sweep_run_dir(cfg) for _, cfg in jobs])

@@ -14,12 +14,14 @@ from omegaconf import DictConfig, OmegaConf
 from scalerl.config.groups import BOOKKEEPING_GROUPS, run_axes
 from scalerl.core.hashing import stable_hash
 from scalerl.core.jsonio import read_json
+from scalerl.core.liveness import process_alive
 
 # Keys that do not change what a run computes: bookkeeping, logging, hardware.
 HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "out_root", "cache_dir", "recipe", *BOOKKEEPING_GROUPS)
 HASH_EXCLUDE_TRAIN = ("threads", "device", "gpus")
 TAG_SKIP = re.compile(r"^(hydra[./]|study=|sweep=|logger|out_root=|cache_dir=|train\.(threads|device|gpus)=)")
-HEARTBEAT_S = 300  # a running arm whose progress.json is older than this is treated as dead
+HEARTBEAT_S = 300  # a run on another host whose progress.json is older than this is treated as dead
+LIVE_STATUSES = ("starting", "running")
 
 
 def hashable(cfg: DictConfig, *, with_seed: bool = True) -> dict:
@@ -67,6 +69,21 @@ def axes(cfg) -> dict:
     return {a: str(OmegaConf.select(cfg, f"{a}.name")) for a in run_axes()}
 
 
+def owner_alive(progress: dict) -> bool:
+    """Whether the process that ``progress.json`` names is still training the run.
+
+    On this host its pid (and start time, against a reused pid) settles it at once, so a
+    killed run is relaunched at once; another host's process cannot be checked from here,
+    so only its heartbeat (``updated_at``, every step) can tell.
+    """
+    if progress.get("status") not in LIVE_STATUSES:
+        return False
+    alive = process_alive(progress.get("pid"), progress.get("host"), progress.get("pid_start"))
+    if alive is None:
+        return time.time() - float(progress.get("updated_at") or 0) < HEARTBEAT_S
+    return alive
+
+
 def arm_state(run_dir: Path) -> str:
     """done | failed | running | interrupted | pending, from the run's own files."""
     run_dir = Path(run_dir)
@@ -74,7 +91,7 @@ def arm_state(run_dir: Path) -> str:
     if summary.get("status") in ("done", "failed"):
         return summary["status"]
     progress = read_json(run_dir / "progress.json") or {}
-    if progress.get("status") == "running" and time.time() - progress.get("updated_at", 0) < HEARTBEAT_S:
+    if owner_alive(progress):
         return "running"
     if (run_dir / "checkpoints").exists() or progress:
         return "interrupted"

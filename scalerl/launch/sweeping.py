@@ -5,28 +5,31 @@
 2. Compose and validate every arm *before* launching anything, with the data-
    parallel world size its launcher gives it; a bad value fails here, naming
    the key.
-3. Look at each arm's run directory (named by config hash): skip finished and
-   live arms, (re)launch pending, interrupted and failed ones.
-4. After the launcher returns: report failures with their logs, and write the
-   leaderboard for the arms that finished.
+3. Look at each arm's run directory (named by config hash): skip finished
+   arms, (re)launch pending, interrupted and failed ones, and wait for arms that
+   another live process trains (``launch_and_adopt``).
+4. When every arm has settled: report failures with their logs, and write the
+   leaderboard.
 """
 from __future__ import annotations
 
 import copy
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
-from omegaconf import open_dict, read_write
+from omegaconf import OmegaConf, open_dict, read_write
 from rich.console import Console
 from rich.table import Table
 
-from scalerl.config import ConfigError, as_config_error, validate
+from scalerl.config import ConfigError, as_config_error, check, validate
 from scalerl.config.derive import derive
+from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import rundir
 from scalerl.launch.jobs import launcher_world_size
@@ -34,6 +37,8 @@ from scalerl.launch.leaderboard import write_leaderboard
 from scalerl.launch.studies import load_study, merge
 
 LAUNCH_STATES = ("pending", "interrupted", "failed")
+LIVE_STATES = ("running", "queued")
+MAX_LAUNCHES = 3
 
 
 @dataclass
@@ -125,10 +130,28 @@ def print_table(arms: list[Arm], title: str) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
+LAUNCHER_MINIMUMS = {"threads_per_arm": 1, "n_parallel": 0, "nodes": 1, "tasks_per_node": 1, "cpus_per_task": 1,
+                     "gpus_per_node": 0, "mem_gb": 1, "timeout_min": 1, "array_parallelism": 1,
+                     "signal_delay_s": 0, "max_num_timeout": 0}
+"""Integer settings of scalerl's launchers, with their least valid value (only those a launcher has)."""
+
+
+def check_launch_settings(sweeper) -> None:
+    """The launcher's and sweeper's own settings, before anything launches (Hydra only stores them)."""
+    launcher = OmegaConf.select(sweeper.config, "hydra.launcher", default=None) or {}
+    for key, least in LAUNCHER_MINIMUMS.items():
+        value = launcher.get(key) if key in launcher else None
+        check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= least),
+              f"hydra.launcher.{key}", f"must be an integer >= {least}, got {value!r}")
+    check(isinstance(sweeper.n_boot, int) and sweeper.n_boot >= 0, "hydra.sweeper.n_boot",
+          f"must be an integer >= 0, got {sweeper.n_boot!r}")
+
+
 def run_sweep(sweeper, arguments: list[str]) -> list:
     """Plan, validate and launch the arms; ``sweeper.action`` is run, status or dry-run."""
     action = sweeper.action
     loader = sweeper.hydra_context.config_loader
+    check_launch_settings(sweeper)
     study, overrides_list = expand_arms(arguments, loader)
     arms = plan_arms(overrides_list, sweeper.config, loader)
     parents = {a.run_dir.parent for a in arms if a.state != "invalid"}
@@ -141,28 +164,86 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     print_table(arms, f"{len(arms)} arm(s) in {sweep_dir}" + (f" (study {study})" if study else ""))
     if action in ("status", "dry-run"):
         return []
-    todo = [a for a in arms if a.state in LAUNCH_STATES]
-    live = [a for a in arms if a.state in ("running", "queued")]
-    for a in live:
-        print(f"[scalerl] not relaunching {a.name}: already {a.state} elsewhere")
-    print(f"[scalerl] launching {len(todo)} arm(s); {sum(a.state == 'done' for a in arms)} already done")
-    returns = sweeper.launcher.launch([a.overrides for a in todo], initial_job_idx=0) if todo else []
-    failed = []
-    for arm, ret in zip(todo, returns):
-        arm.state = rundir.arm_state(arm.run_dir)
-        if ret.status == JobStatus.FAILED or arm.state == "failed":
-            err = (read_json(arm.run_dir / "summary.json") or {}).get("error") or repr(ret._return_value)
-            failed.append((arm, err))
-            if arm.state != "failed":  # killed or cancelled before it could write its own summary
-                _mark_failed(arm, err)
+    returns = launch_and_adopt(arms, sweeper.launcher)
+    failpoint("sweep.leaderboard")  # crash tests: every arm settled, no leaderboard yet
+    failed = [(a, (read_json(a.run_dir / "summary.json") or {}).get("error")) for a in arms if a.state == "failed"]
     _report(arms, failed, sweep_dir, sweeper)
     if failed:
         sys.exit(1)
     return returns
 
 
+def launch_and_adopt(arms: list[Arm], launcher) -> list:
+    """Launch the arms nobody trains, wait for the ones another live process trains, until all settle.
+
+    Another process may own an arm: a second sweep on the same directory, the arms of a
+    killed sweep finishing their last step, a queued SLURM job. Launching those would
+    only bounce off the run's lock (or double-submit), and not waiting for them would
+    write a leaderboard they are missing; so they are adopted: waited for, and launched
+    in a later round if their owner stops before finishing them. An arm this sweep ran
+    is not run again (its failure is reported), nor is one that failed in its owner's
+    hands; a launch that found the arm busy does not count, up to ``MAX_LAUNCHES`` times.
+    """
+    ran: set[Path] = set()
+    bounced: dict[Path, int] = {}
+    adopted: set[Path] = set()
+    returns, first = [], True
+
+    def launchable(a: Arm) -> bool:
+        return (a.state in LAUNCH_STATES and a.run_dir not in ran and bounced.get(a.run_dir, 0) < MAX_LAUNCHES
+                and not (a.state == "failed" and a.run_dir in adopted))
+
+    while True:
+        todo = [a for a in arms if launchable(a)]
+        if first:
+            print(f"[scalerl] launching {len(todo)} arm(s); {sum(a.state == 'done' for a in arms)} already done")
+        elif todo:
+            print(f"[scalerl] launching {len(todo)} arm(s) whose owner stopped: {', '.join(a.name for a in todo)}")
+        first = False
+        rets = launcher.launch([a.overrides for a in todo], initial_job_idx=len(returns)) if todo else []
+        for arm, ret in zip(todo, rets):
+            value = ret._return_value
+            if ret.status == JobStatus.COMPLETED and isinstance(value, dict) and value.get("status") == "busy":
+                bounced[arm.run_dir] = bounced.get(arm.run_dir, 0) + 1
+            else:
+                ran.add(arm.run_dir)
+            arm.state = _state(arm.run_dir)
+            if ret.status == JobStatus.FAILED and arm.state not in ("done", "failed", *LIVE_STATES):
+                _mark_failed(arm, repr(ret._return_value))  # killed or cancelled before it wrote its own summary
+        returns += rets
+        for a in arms:
+            if a.state not in ("done", "failed"):
+                a.state = _state(a.run_dir)
+        live = [a for a in arms if a.state in LIVE_STATES]
+        if not live and not any(launchable(a) for a in arms):
+            return returns
+        adopted |= {a.run_dir for a in live}
+        wait_for_owners(live)
+
+
+def wait_for_owners(live: list[Arm]) -> None:
+    """Block until none of ``live`` is running or queued in another process (polling its record)."""
+    for a in live:
+        p = read_json(a.run_dir / "progress.json") or {}
+        who = (f"pid {p.get('pid')} on {p.get('host')}" if a.state == "running"
+               else f"SLURM job {(read_json(a.run_dir / 'launch.json') or {}).get('slurm_job_id')}")
+        print(f"[scalerl] waiting for {a.name}: {a.state} in another process ({who})", flush=True)
+    poll = 1.0 if all(a.state == "running" for a in live) else 15.0  # squeue is not for tight loops
+    last = time.time()
+    while live:
+        time.sleep(poll)
+        for a in live:
+            a.state = _state(a.run_dir)
+        live = [a for a in live if a.state in LIVE_STATES]
+        if live and time.time() - last > 60:
+            last = time.time()
+            print(f"[scalerl] still waiting for {len(live)} arm(s): {', '.join(a.name for a in live)}", flush=True)
+
+
 def _mark_failed(arm: Arm, err: str) -> None:
     arm.run_dir.mkdir(parents=True, exist_ok=True)
+    if rundir.arm_state(arm.run_dir) in ("done", "running"):  # never over a finished or live run's record
+        return
     launch = read_json(arm.run_dir / "launch.json") or {}
     write_json_atomic(arm.run_dir / "summary.json", {"status": "failed", "run_name": arm.name, "error": err,
                                                      "log": launch.get("log")})

@@ -3,11 +3,16 @@
 Validates the config, skips a finished run, resumes an unfinished one, and
 records the outcome in ``summary.json`` (done or failed, with the error and
 where the log is), so the sweeper and the analysis can trust the directory.
+A run that another live process is training (a second sweep on the same
+directory) is left to that process: this job returns ``status: busy`` and
+writes nothing into the run directory.
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import shutil
+import socket
 import sys
 import time
 import traceback
@@ -16,11 +21,25 @@ from pathlib import Path
 
 import submitit
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from scalerl.config import ConfigError, validate
-from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic
+from scalerl.core.faults import failpoint
+from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_text_atomic
+from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
+
+LOCK_WAIT_S = 60.0
+"""How long a job waits on a locked run whose holder is not (or not yet) recorded as training it."""
+
+
+class RunBusy(RuntimeError):
+    """Another live process is training this run."""
+
+    def __init__(self, holder: dict):
+        self.holder = holder
+        super().__init__(f"being trained by pid {holder.get('pid')} on {holder.get('host')}")
 
 
 def launch_rank() -> int:
@@ -28,15 +47,28 @@ def launch_rank() -> int:
 
 
 @contextmanager
-def run_lock(run_dir: Path):
-    """Exclusive per-run lock: two processes can never train the same run."""
+def run_lock(run_dir: Path, wait_s: float = LOCK_WAIT_S):
+    """Exclusive per-run lock: two processes can never train the same run.
+
+    A held lock whose holder ``progress.json`` names as training (``rundir.owner_alive``)
+    raises ``RunBusy`` at once. Otherwise the holder is finishing (a stopped run that has
+    not exited yet) or has not yet written its record, and we wait up to ``wait_s``.
+    """
     fd = os.open(run_dir / ".lock", os.O_CREAT | os.O_RDWR)
+    deadline = time.monotonic() + wait_s
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = read_json(run_dir / "progress.json") or {}
+                if rundir.owner_alive(holder) or time.monotonic() > deadline:
+                    raise RunBusy(holder) from None
+                time.sleep(0.2)
+    except BaseException:
         os.close(fd)
-        holder = read_json(run_dir / "progress.json") or {}
-        raise RuntimeError(f"{run_dir} is already being trained (pid {holder.get('pid')} on {holder.get('host')})") from None
+        raise
     try:
         yield
     finally:
@@ -53,13 +85,30 @@ def log_path(run_dir: Path) -> str | None:
         return None
 
 
+def _discard_if_empty(run_dir: Path) -> None:
+    """Remove the run directory Hydra made for a config that never ran (it holds only Hydra's own files)."""
+    hydra = HydraConfig.get()
+    own = {str(hydra.output_subdir), f"{hydra.job.name}.log"}
+    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= own:
+        return  # a real run lives here (an older run of this config): keep everything
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in (run_dir.parent, run_dir.parent.parent):  # outputs/runs, outputs: only if now empty
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+
+
 def run_arm(cfg: DictConfig) -> dict:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         obj = validate(cfg)
     except ConfigError as e:
-        print(f"[scalerl] config error: {e}", file=sys.stderr)
-        raise
+        if HydraConfig.get().mode == RunMode.RUN:  # one run: the message alone, exit 2, no empty run directory
+            _discard_if_empty(run_dir)
+            print(f"[scalerl] config error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        raise  # an arm of a sweep: the sweeper reports it with the arm
     summary_path = run_dir / "summary.json"
     previous = read_json(summary_path) or {}
     if previous.get("status") == "done":
@@ -76,26 +125,63 @@ def run_arm(cfg: DictConfig) -> dict:
 
     if launch_rank() != 0:  # extra data-parallel ranks: no files, no lock
         return train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={})
-    with run_lock(run_dir):
-        summary_path.unlink(missing_ok=True)
-        container = OmegaConf.to_container(cfg, resolve=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(container))
-        t0 = time.time()
-        try:
-            result = train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict=container)
-        except BaseException as e:
-            if not isinstance(e, (KeyboardInterrupt, SystemExit)):
-                write_json_atomic(summary_path, {**meta, "status": "failed", "error": f"{type(e).__name__}: {e}",
-                                                 "traceback": traceback.format_exc()[-4000:], "log": log_path(run_dir)})
-            raise
-        if result["status"] != "done":
-            print(f"[scalerl] {run_dir.name} stopped at step {result['step']} ({result['status']}); "
-                  "relaunch the same command to resume")
-            return {**meta, **result}
-        rows = JsonlFile(run_dir / "metrics.jsonl").rows()
-        rates = [r["pass_rate"] for r in rows if r.get("pass_rate") is not None]
-        summary = {**meta, **result, "error": None, "log": log_path(run_dir), "elapsed_s": time.time() - t0,
-                   "initial_pass_rate": rates[0] if rates else None,
-                   "final_pass_rate": rates[-1] if rates else None, "best_pass_rate": max(rates) if rates else None}
+    try:
+        with run_lock(run_dir):
+            return _train_locked(cfg, obj, run_dir, meta, train)
+    except RunBusy as busy:  # a second sweep on this directory: the first one owns this run
+        print(f"[scalerl] {run_dir.name} is {busy}; leaving it to that process")
+        return {**meta, "status": "busy", "holder": busy.holder}
+
+
+def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train) -> dict:
+    summary_path = run_dir / "summary.json"
+    if (read_json(summary_path) or {}).get("status") == "done":  # finished while we waited for the lock
+        print(f"[scalerl] {run_dir.name} already finished; skipping (delete {summary_path} to rerun)")
+        return read_json(summary_path)
+    summary_path.unlink(missing_ok=True)
+    _clean_temporaries(run_dir)
+    # Say who trains this run before anything slow (the warm start): a second sweep, or --status, can now
+    # tell a live run from a dead one by pid (rundir.owner_alive).
+    progress = read_json(run_dir / "progress.json") or {}
+    write_json_atomic(run_dir / "progress.json", {**progress, "status": "starting", "updated_at": time.time(),
+                                                  **identity()})
+    container = OmegaConf.to_container(cfg, resolve=True)
+    t0 = time.time()
+    try:
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(container))
+        result = train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict=container)
+    except BaseException as e:
+        if not isinstance(e, (KeyboardInterrupt, SystemExit)):
+            _record_failure(summary_path, {**meta, "status": "failed", "error": f"{type(e).__name__}: {e}",
+                                           "traceback": traceback.format_exc()[-4000:], "log": log_path(run_dir)})
+        raise
+    if result["status"] != "done":
+        print(f"[scalerl] {run_dir.name} stopped at step {result['step']} ({result['status']}); "
+              "relaunch the same command to resume")
+        return {**meta, **result}
+    failpoint("run.finished")
+    rows = JsonlFile(run_dir / "metrics.jsonl").rows()
+    rates = [r["pass_rate"] for r in rows if r.get("pass_rate") is not None]
+    summary = {**meta, **result, "error": None, "log": log_path(run_dir), "elapsed_s": time.time() - t0,
+               "initial_pass_rate": rates[0] if rates else None,
+               "final_pass_rate": rates[-1] if rates else None, "best_pass_rate": max(rates) if rates else None}
+    write_json_atomic(summary_path, summary)
+    return summary
+
+
+def _clean_temporaries(run_dir: Path) -> None:
+    """Remove what a killed writer left: a checkpoint or JSONL rewrite cut short (only the lock
+    holder, now us, writes those) and JSON files never renamed, if the pid in their name is dead."""
+    for tmp in [*run_dir.glob(".*.tmp"), *(run_dir / "checkpoints").glob(".*.tmp")]:
+        writer = tmp.name.rsplit(".", 2)[-2]
+        if writer.isdigit() and process_alive(int(writer), socket.gethostname()) is not False:
+            continue  # a launcher may be writing launch.json right now
+        tmp.unlink(missing_ok=True)
+
+
+def _record_failure(summary_path: Path, summary: dict) -> None:
+    """Write the failed summary; on a disk too full even for that, say so and keep the original error."""
+    try:
         write_json_atomic(summary_path, summary)
-        return summary
+    except OSError as e:
+        print(f"[scalerl] {e}; the run failed with {summary['error']}", file=sys.stderr)

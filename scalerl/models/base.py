@@ -31,6 +31,8 @@ class WarmStartConfig:
         check(self.lr > 0, "model.warmstart.lr", f"must be > 0, got {self.lr}")
         check(0 < self.target_pass_rate < 1, "model.warmstart.target_pass_rate", f"must be in (0, 1), got {self.target_pass_rate}")
         check(self.batch_size > 0, "model.warmstart.batch_size", f"must be > 0, got {self.batch_size}")
+        for key in ("max_steps", "eval_every", "threads"):
+            check(getattr(self, key) > 0, f"model.warmstart.{key}", f"must be > 0, got {getattr(self, key)}")
 
 
 @dataclass

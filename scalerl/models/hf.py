@@ -1,7 +1,7 @@
 """``model=hf``: any local Hugging Face checkpoint directory.
 
-scalerl never downloads weights; ``model.path`` must already be on disk
-(e.g. a node-local copy of an SFT'd 8B checkpoint).
+scalerl never downloads weights; ``model.path`` must already be on disk, and
+visible where the sweep is launched (it is checked before any arm starts).
 """
 from __future__ import annotations
 
@@ -23,10 +23,20 @@ class HFModelConfig(ModelConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(bool(self.path), "model.path", "must point at a local HF checkpoint directory")
+        check_checkpoint_dir(self.path)
+
+
+def check_checkpoint_dir(text: str) -> Path:
+    """``model.path`` is a readable local HF checkpoint directory. Checked when the config is
+    validated, so a sweep's --dry-run and its launch catch it before any arm starts (on SLURM
+    the path must therefore be visible from the submitting node too, e.g. a shared filesystem)."""
+    path = Path(text).expanduser()
+    check(path.exists(), "model.path", f"{str(path)!r} does not exist; scalerl never downloads weights")
+    check(path.is_dir(), "model.path", f"{str(path)!r} is a file, not a Hugging Face checkpoint directory")
+    check((path / "config.json").is_file(), "model.path",
+          f"{str(path)!r} is not a Hugging Face checkpoint directory (no config.json)")
+    return path
 
 
 def prepare_hf(cfg: HFModelConfig, cache_dir: Path, *, log=print) -> Path:
-    path = Path(cfg.path).expanduser()
-    check((path / "config.json").exists(), "model.path",
-          f"{str(path)!r} is not a local HF checkpoint directory (no config.json); scalerl never downloads weights")
-    return path
+    return check_checkpoint_dir(cfg.path)

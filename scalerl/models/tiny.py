@@ -33,9 +33,13 @@ class TinyModelConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+            check(getattr(self, key) > 0, f"model.{key}", f"must be > 0, got {getattr(self, key)}")
         check(self.hidden_size % self.num_heads == 0, "model.hidden_size",
               f"must be divisible by model.num_heads={self.num_heads}, got {self.hidden_size}")
-        check(self.num_layers > 0, "model.num_layers", f"must be > 0, got {self.num_layers}")
+        check(self.hidden_size // self.num_heads % 2 == 0, "model.num_heads",
+              f"model.hidden_size / model.num_heads must be even (rotary embeddings rotate pairs), "
+              f"got {self.hidden_size} / {self.num_heads}")
 
     def build_kwargs(self) -> dict:
         return dict(hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,

@@ -5,13 +5,30 @@ step), so a resumed run draws exactly what it would have drawn. Written to a
 temp file then renamed, so a kill mid-save leaves the previous
 checkpoint intact; an unreadable newest checkpoint falls back to the one
 before. A checkpoint is refused if any parameter is non-finite.
+
+Checkpoints are loaded with ``weights_only=True``: a run directory someone sends
+you cannot run code when it resumes. So everything in the payload is tensors or
+plain data (numbers, strings, None, lists, tuples and dicts of them); ``plain``
+converts what is merely a subclass (a numpy float) and refuses anything else
+when saving, not when loading.
 """
 from __future__ import annotations
 
+import numbers
 import os
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
+
+from scalerl.core.faults import failpoint
+from scalerl.core.jsonio import os_reason
+
+ATOMS = (bool, int, float, str, type(None))
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, say); its message names the file."""
 
 
 def ckpt_dir(run_dir: Path) -> Path:
@@ -22,16 +39,63 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(ckpt_dir(run_dir).glob("step_*.pt"))
 
 
-def save_checkpoint(run_dir: Path, step: int, payload: dict, keep: int, model: torch.nn.Module) -> Path:
+def plain(obj, where: str = "checkpoint"):
+    """``obj`` with every leaf a tensor or an exact int/float/bool/str/None (what ``weights_only`` loads)."""
+    if isinstance(obj, torch.Tensor) or type(obj) in ATOMS:
+        return obj
+    if isinstance(obj, dict):
+        out = OrderedDict() if isinstance(obj, OrderedDict) else {}
+        out.update((k, plain(v, f"{where}.{k}")) for k, v in obj.items())
+        if getattr(obj, "_metadata", None) is not None:  # module state dicts carry their versions here
+            out._metadata = plain(obj._metadata, f"{where}._metadata")
+        return out
+    if isinstance(obj, (list, tuple)):
+        items = [plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else tuple(items)
+    if isinstance(obj, numbers.Integral):  # bool subclasses, numpy integers
+        return int(obj)
+    if isinstance(obj, numbers.Real):  # numpy floats
+        return float(obj)
+    raise TypeError(f"{where}: a {type(obj).__name__} cannot go into a checkpoint that loads with "
+                    "weights_only=True; store tensors, numbers, strings, lists or dicts")
+
+
+def check_finite(model: torch.nn.Module) -> None:
     bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise FloatingPointError(f"refusing to checkpoint non-finite parameters: {bad[:3]}")
+
+
+def _reason(err: BaseException) -> str:
+    """The OS-level reason behind a failed save (torch wraps it in its own RuntimeError)."""
+    seen = err
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return os_reason(seen)
+        seen = seen.__context__ or seen.__cause__
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def save_checkpoint(run_dir: Path, step: int, payload: dict, keep: int, model: torch.nn.Module) -> Path:
+    check_finite(model)
     d = ckpt_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"step_{step:08d}.pt"
     tmp = d / f".{path.name}.tmp"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    payload = plain(payload)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        failpoint("checkpoint.written", step)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        tmp.unlink(missing_ok=True)  # a partial checkpoint frees its space for summary.json
+        error = CheckpointWriteError(f"could not write checkpoint {path}: {_reason(e)}")
+        error.errno = getattr(e, "errno", None)
+        raise error from None
+    failpoint("checkpoint.saved", step)
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -40,7 +104,10 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict, keep: int, model: t
 def load_latest(run_dir: Path, log=print) -> dict | None:
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            return torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as e:  # truncated or corrupt file: try the previous one
-            log(f"[scalerl] warning: unreadable checkpoint {path.name} ({e}); trying an older one")
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated, corrupt, or holding objects that could run code: try the previous one
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if "weights only load failed" in str(e).lower():
+                why = "it holds objects other than tensors and plain data, which could run code; not loaded"
+            log(f"[scalerl] warning: unreadable checkpoint {path} ({why}); trying an older one")
     return None

@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 from scalerl.config.derive import derive
+from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile
-from scalerl.train.checkpoint import load_latest, save_checkpoint
+from scalerl.train.checkpoint import check_finite, load_latest, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
@@ -83,10 +84,12 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
 
     def evaluate_and_checkpoint() -> None:
+        check_finite(r.model)  # a diverged policy gets no eval row, only an error
         r.model.eval()
         ev = heldout_pass_rate(r.task, samples=cfg.train.eval_samples, seed=cfg.seed, step=state["step"],
                                dist=dist, **gen_kw)
         r.model.train()
+        failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
                "tokens": state["tokens"], "epoch": r.sampler.epochs_done, **ev, **_mean(window),
                "retired": len(r.sampler.retired), "nan_skips": state["nan_skips"], "wall_s": state["wall_s"]}
@@ -99,7 +102,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         dist.barrier()
 
     # ------------------------------------------------------------ step-0 eval
-    if state["step"] == 0:
+    if ckpt is None:  # a step-0 checkpoint is only ever written after the step-0 row: never evaluate twice
         evaluate_and_checkpoint()  # R0 of the fit: the policy before any RL
     while state["step"] < cfg.train.steps and not _stop_agreed(stop, dist):
         t0 = time.perf_counter()

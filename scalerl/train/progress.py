@@ -7,7 +7,6 @@ which the local launcher renders as a live table and ``--status`` reads.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.progress import Progress as Bar
 
 from scalerl.core.jsonio import write_json_atomic
+from scalerl.core.liveness import identity
 
 
 class Progress:
@@ -24,6 +24,7 @@ class Progress:
         self.name, self.total, self.start_step = name, total, start
         self.enabled = enabled
         self.t0 = time.time()
+        self.who = identity()  # pid, host and start time: how the launcher tells a live run from a dead one
         self.pass_rate = None
         self.bar = None
         if enabled and sys.stdout.isatty() and not os.environ.get("SCALERL_NO_BAR"):
@@ -52,7 +53,7 @@ class Progress:
             self.bar.update(self.task, completed=step, pr=pr)
         write_json_atomic(self.path, {
             "status": status, "step": step, "total": self.total, "pass_rate": self.pass_rate,
-            "eta_s": self.eta_s(step), "updated_at": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+            "eta_s": self.eta_s(step), "updated_at": time.time(), **self.who,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra,
         })
 

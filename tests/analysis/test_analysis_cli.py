@@ -10,6 +10,7 @@ import pytest
 from analysis import FitOptions, analyze_sweep
 from analysis.__main__ import main
 from analysis.cli import build_parser
+from analysis.io import InputError
 from analysis.synthetic import synthetic_sweep
 
 REQUIRED = ["run", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi", "C_mid", "C_mid_lo",
@@ -65,10 +66,11 @@ def test_analyze_sweep_is_quiet_and_survives_failed_and_short_runs(sweep, tmp_pa
     assert not list((tmp_path / "q").glob("*.png"))
 
 
-def test_analyze_sweep_on_an_empty_directory(tmp_path):
+def test_analyze_sweep_on_an_empty_directory_refuses_and_writes_nothing(tmp_path):
     (tmp_path / "empty").mkdir()
-    board = analyze_sweep(tmp_path / "empty", tmp_path / "o", quiet=True)
-    assert board.empty and list(board.columns) == REQUIRED
+    with pytest.raises(InputError, match="no runs found"):
+        analyze_sweep(tmp_path / "empty", tmp_path / "o", quiet=True)
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("text, parsed", [("auto", "auto"), ("10%", "10%"), ("none", None), ("5e14", 5e14)])

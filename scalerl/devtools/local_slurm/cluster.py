@@ -277,13 +277,29 @@ def _configs_current(wanted: dict[str, str]) -> bool:
 def _db_password(lay: Layout, create: bool) -> str | None:
     path = lay.state_dir / "db.password"
     try:
-        return path.read_text().strip()
+        text = path.read_text().strip()
+        if text:
+            return text
     except OSError:
-        if not create:
-            return None
-    path.write_text(secrets.token_urlsafe(18))
-    path.chmod(0o600)
+        pass
+    if not create:
+        return None
+    path.unlink(missing_ok=True)  # an empty file left by a crash between its creation and its write
+    _write_private(path, secrets.token_urlsafe(18).encode())
     return path.read_text().strip()
+
+
+def _write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Create ``path`` with ``mode`` from its first byte: a secret is never world-readable, not even
+    between a write and a chmod (the state directory is world-readable, so users reach the munge socket)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(fd, mode)  # whatever the umask
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _prepare(lay: Layout) -> None:
@@ -295,8 +311,7 @@ def _prepare(lay: Layout) -> None:
     lay.state_dir.chmod(0o755)
     lay.munge_key.parent.chmod(0o700)
     if not lay.munge_key.exists():
-        lay.munge_key.write_bytes(secrets.token_bytes(1024))
-        lay.munge_key.chmod(0o600)
+        _write_private(lay.munge_key, secrets.token_bytes(1024))
     if not (lay.mysql_datadir / "mysql").is_dir():
         _run_or_raise(["mariadb-install-db", "--no-defaults", "--user=root",
                        f"--datadir={lay.mysql_datadir}", "--auth-root-authentication-method=socket",
@@ -317,8 +332,8 @@ def _write_conf(name: str, text: str, mode: int) -> None:
     path = CONF_DIR / name
     _refuse_foreign(path)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
+    tmp.unlink(missing_ok=True)
+    _write_private(tmp, text.encode(), mode)  # slurmdbd.conf holds the database password
     tmp.replace(path)
 
 
