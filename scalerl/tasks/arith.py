@@ -96,4 +96,6 @@ def build_arith(cfg: ArithConfig) -> TaskData:
         reward=exact_match_reward,
         # Warm-start (SFT) data: fresh problems, never the held-out split.
         sft_stream=lambda seed: ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
+        correct_reward=cfg.correct_reward,
+        wrong_reward=cfg.wrong_reward,
     )
