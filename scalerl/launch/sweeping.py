@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -128,6 +129,9 @@ def print_table(arms: list[Arm], title: str) -> None:
 def run_sweep(sweeper, arguments: list[str]) -> list:
     """Plan, validate and launch the arms; ``sweeper.action`` is run, status or dry-run."""
     action = sweeper.action
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and action == "run":
+        raise ConfigError("hydra/launcher", "a sweep (-m) cannot run under torchrun: torchrun starts the ranks of one run "
+                          "(drop -m), and hydra/launcher=slurm hydra.launcher.tasks_per_node=N gives every arm N ranks")
     loader = sweeper.hydra_context.config_loader
     study, overrides_list = expand_arms(arguments, loader)
     arms = plan_arms(overrides_list, sweeper.config, loader)
