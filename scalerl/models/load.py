@@ -31,7 +31,10 @@ def load_checkpoint(
     kwargs = {"dtype": dtype, "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if model.dtype != dtype:  # transformers < 4.56 names the argument torch_dtype and ignores dtype
+        model = model.to(dtype)
+    model = model.to(device)
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if tok.pad_token_id is None:  # many chat checkpoints ship without a pad token
         tok.pad_token = tok.eos_token

@@ -89,8 +89,9 @@ def init_distributed(device: torch.device, *, sharded: bool) -> Dist:
     if env:
         os.environ.update(env)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) if world > 1 else torch.cuda.current_device())
+    if device.type == "cuda":  # one GPU per rank; modulo: SLURM may bind each task to its own single GPU
+        local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count() if world > 1 else None
+        device = torch.device("cuda", torch.cuda.current_device() if local is None else local)
         torch.cuda.set_device(device)
     if world <= 1 and not sharded:
         return Dist(device=device)
