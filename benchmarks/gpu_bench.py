@@ -8,8 +8,8 @@ fp32 head, FSDP2 trainer on one rank). Run by ``benchmarks/gpu_check.sh``; needs
 - decode at batch 256 (256 prompts, ``--new-tokens`` tokens each, no early stop: a random model
   almost never samples EOS from 151,936 tokens): generated tokens per second, and that as a fraction
   of the memory-bandwidth bound, batch / (weight bytes / copy bandwidth) tokens per second (every
-  decode step reads every body weight and the generator's head once; KV-cache reads are extra, so
-  the bound is generous to the engine's rivals, not to us).
+  decode step reads every body weight and the generator's head once; KV-cache reads are not
+  counted, so the true bound is a little lower and the fraction a little pessimistic).
 - a training step (one ``policy_update`` over ``--train-prompts`` x 16 completions, 2 minibatches):
   achieved FLOP/s = 6 N x trained tokens / seconds, and as a fraction of ``--peak-tflops``
   (H200 dense bf16: 989).
