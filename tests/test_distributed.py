@@ -67,6 +67,7 @@ def assert_same_run(a: Path, b: Path, start: dict, first_step: int = 1) -> None:
     assert wa.keys() == wb.keys()
     worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
     moved = max((wa[k] - start[k]).abs().max().item() for k in wa)  # what training changed
+    print(f"{b.name}: max |weight difference| {worst:.1e}; training moved weights by up to {moved:.1e}")
     assert worst < 1e-5 < 1e-3 < moved, (worst, moved)
 
 
