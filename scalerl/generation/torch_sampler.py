@@ -66,7 +66,8 @@ class TorchGenerator:
         u = uniforms(row_keys(seeds.to(dev), params.n), max_len)  # (n, max_len) float64
         think = torch.as_tensor(list(params.think_end_ids), dtype=torch.long, device=dev)
         n_think = len(think)
-        watch_think = n_think > 0 and bool(will_interrupt.any())  # only interruptions need to know
+        # Only rows about to be interrupted need to know whether they closed their thinking.
+        last_at = int(interrupt_at.max()) if n and n_think else -1
 
         tokens = torch.full((n, max_len), params.pad_token_id, dtype=torch.long, device=dev)
         logps = torch.zeros((n, max_len), dtype=torch.float32, device=dev)
@@ -74,7 +75,6 @@ class TorchGenerator:
         present = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
         stopped = torch.zeros(n, dtype=torch.bool, device=dev)
         interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
-        answering = torch.zeros(n, dtype=torch.bool, device=dev)  # wrote </think>: thinking is over
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
 
         cache = DynamicCache()
@@ -93,16 +93,16 @@ class TorchGenerator:
             # Rows reaching their interruption point while still thinking start forcing the phrase.
             fpos = force_pos[rows]
             start = will_interrupt[rows] & ~interrupted[rows] & (interrupt_at[rows] == t)
-            if watch_think:
-                start &= ~answering[rows]
+            if n_think <= t <= last_at and bool(start.any()):  # ...unless it wrote </think>: it is answering
+                idx = start.nonzero().flatten()
+                windows = tokens[rows[idx], :t].unfold(1, n_think, 1)  # (k, t - n_think + 1, n_think)
+                start[idx] = ~(windows == think).all(-1).any(-1)
             fpos = torch.where(start, torch.zeros_like(fpos), fpos)
             interrupted[rows] |= start
             forcing = fpos >= 0
             if n_force:
                 tok = torch.where(forcing, force[fpos.clamp(max=n_force - 1)], tok)
             tokens[rows, t] = tok
-            if watch_think and t + 1 >= n_think:  # the marker just completed in this row
-                answering[rows] |= (tokens[rows, t + 1 - n_think : t + 1] == think).all(-1)
             logps[rows, t] = logp.gather(-1, tok[:, None]).squeeze(-1)
             sampled[rows, t] = ~forcing
             present[rows, t] = True
