@@ -188,3 +188,22 @@ def test_bad_value_in_a_sweep_fails_before_launch(tmp_path):
 def test_single_run_config_error_names_key(tmp_path):
     proc = run_cli(["loss.eps_max=-1"], tmp_path, check=False)
     assert proc.returncode != 0 and "loss.eps_max" in proc.stderr
+
+
+def test_reward_values_are_a_task_setting():
+    cfg = validate(compose(["task.wrong_reward=-1"]))  # the paper's ±1
+    assert (cfg.task.correct_reward, cfg.task.wrong_reward) == (1.0, -1.0)
+    with pytest.raises(ConfigError) as e:
+        validate(compose(["task.correct_reward=0", "task.wrong_reward=0"]))
+    assert e.value.key == "task.correct_reward"
+
+
+@pytest.mark.parametrize("recipe", ["qwen_dapo", "minimax"])
+def test_dapo_and_minimax_recipes_average_per_prompt(recipe):
+    """arXiv 2510.13786 describes both with prompt-level loss averaging (they were token-level)."""
+    assert validate(compose([f"recipe={recipe}"])).aggregation.name == "prompt"
+
+
+def test_every_recipe_cites_the_paper():
+    for path in (REPO / "conf" / "recipe").glob("*.yaml"):
+        assert "arXiv 2510.13786 §" in path.read_text(), path.name

@@ -47,3 +47,17 @@ def test_sampler_state_round_trip_continues_identically():
     b.load_state_dict(a.state_dict())
     assert [a.next(4) for _ in range(5)] == [b.next(4) for _ in range(5)]
     assert a.retired == b.retired and len(a.retired) == 2
+
+
+def test_npr_at_an_epoch_boundary_inside_one_step():
+    """A step whose batch crosses into the next epoch: no prompt twice in that step, and the
+    prompts it retires never come back (the next epoch's order was built before they were)."""
+    for seed in range(40):
+        s = PromptSampler(n=6, seed=seed, retire_at=0.9)
+        s.next(4)  # step 1: 4 of epoch 0
+        step2 = s.next(4)  # step 2: the last 2 of epoch 0 + 2 of epoch 1
+        assert len(set(step2)) == 4, (seed, step2)
+        s.record(step2, torch.ones(4))  # all four solved: retired
+        later = [i for _ in range(4) for i in s.next(1)]  # the rest of epoch 1 and beyond
+        assert not set(later) & set(step2), (seed, step2, later)
+        assert sorted(later) == sorted(list(set(range(6)) - set(step2)) * 2)  # the 2 live prompts, once an epoch

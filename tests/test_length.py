@@ -28,7 +28,7 @@ def _generate(interrupt_at, phrase, answer_budget, max_new=8):
     gen = TorchGenerator(ScriptedPolicy(), torch.device("cpu"))
     params = SamplingParams(max_new_tokens=max_new, eos_token_id=EOS, pad_token_id=PAD, interrupt_at=interrupt_at,
                             force_ids=phrase, answer_budget=answer_budget)
-    return gen.generate([[1, 5], [1, 5]], params, torch.Generator().manual_seed(0))
+    return gen.generate([[1, 5], [1, 5]], params)
 
 
 def test_phrase_inserted_at_sampled_position_and_answer_budget_respected():
@@ -74,3 +74,70 @@ def test_overlong_penalty_breakpoints():
     assert overlong_penalty(lengths, l_max=14, l_cache=2).tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]
     plan = LENGTHS["penalty"].fn(2, None, cfg=PenaltyConfig(max_new_tokens=8, l_cache=4))
     assert plan.penalty(torch.tensor([4, 6])).tolist() == [0.0, -0.5]
+
+
+class ThinkingPolicy:
+    """Writes 7, then closes its thinking (</think> = tokens 10, 11), then answers 8s; never EOS.
+
+    The next token depends only on the position (the prompt [1, 5] ends at position 1)."""
+
+    SCRIPT = {1: 7, 2: 10, 3: 11}
+
+    def hidden(self, ids, mask, pos, cache=None):
+        return pos[:, -1:].float().unsqueeze(-1), cache
+
+    def logits(self, h, side):
+        pos = h.reshape(h.shape[0], -1)[:, -1].long()
+        nxt = torch.tensor([self.SCRIPT.get(int(q), 8) for q in pos])
+        out = torch.full((h.shape[0], 12), -1e9)
+        out[torch.arange(h.shape[0]), nxt] = 0.0
+        return out
+
+
+def test_interrupts_only_while_thinking():
+    """Row 0 reaches its interruption point (1) still thinking: the phrase is forced. Row 1 reaches
+    its point (4) after writing </think> itself: it is answering and must be left alone (the grader
+    keeps only the text after the last </think>, so a forced phrase would lose the answer)."""
+    phrase = [3, 4, 5]
+    params = SamplingParams(max_new_tokens=8, eos_token_id=EOS, pad_token_id=PAD, interrupt_at=torch.tensor([1, 4]),
+                            force_ids=phrase, answer_budget=2, think_end_ids=[10, 11])
+    g = TorchGenerator(ThinkingPolicy(), torch.device("cpu")).generate([[1, 5], [1, 5]], params)
+    assert g.tokens[0, :6].tolist() == [7, 3, 4, 5, 8, 8] and int(g.present[0].sum()) == 6
+    assert g.tokens[1, :9].tolist() == [7, 10, 11, 8, 8, 8, 8, 8, 8] and int(g.present[1].sum()) == 9
+    assert g.interrupted.tolist() == [True, False]
+    assert g.sampled[1, :9].all()  # the answer is the model's own, and trained on
+
+
+def test_penalty_never_puts_a_correct_answer_at_or_below_a_wrong_one():
+    """Rewards {0, 1}: R_len = -1 at the limit used to make a correct answer score 0 (= wrong)."""
+    from types import SimpleNamespace
+
+    from scalerl.tasks.base import Grades
+    from scalerl.train.rollout import sample_and_score
+
+    class Tok:
+        eos_token_id, pad_token_id, bos_token_id = EOS, PAD, None
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) % 12 for c in text]}
+
+        backend_tokenizer = None
+
+        def batch_decode(self, rows, skip_special_tokens=False):
+            return ["x" * len(r) for r in rows]
+
+    plan = LENGTHS["penalty"].fn(2, None, cfg=PenaltyConfig(max_new_tokens=8, l_cache=4))
+    for wrong, right in ((0.0, 1.0), (-1.0, 1.0)):
+        def score(texts, problems, right=right, wrong=wrong):
+            ok = [p.answer == "ok" for p in problems]
+            return Grades(reward=[right if c else wrong for c in ok], correct=ok)
+
+        task = SimpleNamespace(score=score, correct_reward=right, wrong_reward=wrong)
+        problems = [SimpleNamespace(prompt="a", answer="ok"), SimpleNamespace(prompt="b", answer="no")]
+        ro = sample_and_score(problems, [0, 1], 1, seeds=torch.tensor([1, 2]), plan=plan,
+                              generator=TorchGenerator(ScriptedPolicy(), torch.device("cpu")), tok=Tok(), task=task,
+                              max_new_tokens=8, temperature=1.0, device="cpu")
+        assert ro.gen.lengths.tolist() == [8, 8]  # both at the limit: R_len = -1
+        correct_at_limit, wrong = ro.rewards[:, 0].tolist()
+        assert wrong == task.wrong_reward
+        assert correct_at_limit == right - (right - wrong) / 2 > wrong  # ±1: 1 + R_len = 0, the paper's value

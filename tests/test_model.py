@@ -56,8 +56,7 @@ def test_sampler_logprobs_equal_trainer_logprobs(tmp_path):
     pol = Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32))
     prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
     g = TorchGenerator(pol, torch.device("cpu")).generate(
-        prompts, SamplingParams(max_new_tokens=6, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
-        torch.Generator().manual_seed(0))
+        prompts, SamplingParams(max_new_tokens=6, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
     from scalerl.generation.torch_sampler import left_pad
 
     ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
@@ -81,8 +80,8 @@ def test_shared_prefix_equals_full_forward_values_and_gradients(tmp_path):
 
     prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
     g = TorchGenerator(pol, torch.device("cpu")).generate(
-        prompts, SamplingParams(max_new_tokens=5, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, n=3),
-        torch.Generator().manual_seed(1))
+        prompts, SamplingParams(max_new_tokens=5, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, n=3,
+                                seeds=torch.tensor([11, 12])))
     assert g.tokens.shape[0] == 6
     ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
 
@@ -112,13 +111,67 @@ def test_shared_prefix_equals_full_forward_values_and_gradients(tmp_path):
     assert torch.allclose(lp[g.present], g.logprobs[g.present], atol=1e-5)
 
 
-def test_gumbel_sampling_matches_the_categorical_distribution():
-    from scalerl.generation.torch_sampler import sample_gumbel
+def test_inverse_cdf_sampling_matches_the_categorical_distribution():
+    from scalerl.generation.noise import row_keys, sample_inverse_cdf, uniforms
 
     p = torch.tensor([0.5, 0.3, 0.15, 0.05])
-    draws = sample_gumbel(p.log().expand(200_000, 4), torch.Generator().manual_seed(0))
+    u = uniforms(row_keys(torch.arange(200_000), 1), 1)[:, 0]
+    draws = sample_inverse_cdf(p.log().expand(200_000, 4), u)
     freq = torch.bincount(draws, minlength=4).float() / draws.numel()
     assert torch.allclose(freq, p, atol=0.005)  # 4+ sigma for 200k draws
-    # deterministic under a seeded generator
-    again = sample_gumbel(p.log().expand(1000, 4), torch.Generator().manual_seed(3))
-    assert torch.equal(again, sample_gumbel(p.log().expand(1000, 4), torch.Generator().manual_seed(3)))
+    assert 0.49 < u.mean() < 0.51 and u.min() >= 0 and u.max() < 1
+    # Hand-checked: CDF [0.5, 0.8, 0.95, 1.0] (each fp32-rounded), so these u land in tokens 0, 0, 2, 3, 3.
+    edges = sample_inverse_cdf(p.log().expand(5, 4), torch.tensor([0.0, 0.4999, 0.81, 0.96, 0.999999], dtype=torch.float64))
+    assert edges.tolist() == [0, 0, 2, 3, 3]
+
+
+def test_mix64_is_splitmix64_with_wrapping_int64():
+    from scalerl.generation.noise import mix64
+
+    def ref(x: int) -> int:  # SplitMix64's finaliser on unsigned 64-bit integers
+        m = (1 << 64) - 1
+        x &= m
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+        return x ^ (x >> 31)
+
+    xs = [0, 1, 2, 12345678901234, -5, (1 << 63) - 1, -(1 << 63)]
+    assert [v & ((1 << 64) - 1) for v in mix64(torch.tensor(xs)).tolist()] == [ref(x) for x in xs]
+
+
+def test_a_completion_depends_on_its_prompt_seed_not_its_batch(tmp_path):
+    """What makes N ranks reproduce 1 rank: prompt b sampled alone or inside a batch, same tokens."""
+    model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float32, device=torch.device("cpu"))
+    gen = TorchGenerator(Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32)),
+                         torch.device("cpu"))
+    prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=", "7*8=")]
+
+    def params(seeds):
+        return SamplingParams(max_new_tokens=6, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, n=4,
+                              seeds=torch.tensor(seeds))
+
+    batch = gen.generate(prompts, params([101, 202, 303]))
+    alone = gen.generate(prompts[1:2], params([202]))
+    w = alone.tokens.shape[1]
+    assert torch.equal(batch.tokens[4:8, :w], alone.tokens) and not batch.present[4:8, w:].any()
+    assert torch.allclose(batch.logprobs[4:8, :w], alone.logprobs, atol=1e-6)
+    assert not torch.equal(batch.tokens[0:4], batch.tokens[4:8])  # different seeds, different samples
+    other = gen.generate(prompts[1:2], params([203]))
+    assert not torch.equal(other.tokens, alone.tokens)
+
+
+def test_sampling_uses_the_requested_temperature(tmp_path):
+    """SamplingParams.temperature is what the generator samples at (it was ignored)."""
+    model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float32, device=torch.device("cpu"))
+    pol = Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32))
+    prompts = [[tok.bos_token_id] + tok("12+34=", add_special_tokens=False)["input_ids"]]
+    from scalerl.generation.torch_sampler import left_pad
+
+    ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
+    for temp in (0.5, 2.0):
+        g = TorchGenerator(pol, torch.device("cpu")).generate(prompts, SamplingParams(
+            max_new_tokens=6, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, n=8, temperature=temp))
+        with torch.no_grad():
+            logits = pol.completion_logits(ids, mask, g.tokens, g.present.long(), group=8) / temp
+        lp = token_logprobs(logits, g.tokens)
+        assert torch.allclose(lp[g.present], g.logprobs[g.present], atol=1e-5), temp

@@ -2,6 +2,7 @@
 NaN handling, DAPO refill and the precision mismatch metric."""
 import json
 import math
+import signal
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,8 @@ def test_persistent_nan_aborts_with_clean_checkpoint(tiny_cfg, tmp_path, monkeyp
     with pytest.raises(FloatingPointError, match="train.max_nan_skips"):
         run(tiny_cfg("train.steps=20", "train.max_nan_skips=3"), tmp_path / "r")
     assert [p.name for p in list_checkpoints(tmp_path / "r")] == ["step_00000000.pt"]
+    # The aborted run gave SIGTERM back: a later run in this process can still be stopped.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 @pytest.mark.slow

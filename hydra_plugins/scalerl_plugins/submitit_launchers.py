@@ -3,7 +3,9 @@
 hydra-submitit-launcher's classes with scalerl's launch (``scalerl.launch.submitit_pool``:
 wait for every job, turn a failed or cancelled one into a FAILED result, record job
 ids in ``launch.json``) and a job side that registers scalerl's configs before it
-composes. Preemption and timeouts requeue through the inherited ``checkpoint()``.
+composes. Preemption and timeouts requeue through the inherited ``checkpoint()``;
+on SLURM the requeue itself survives the preemption's SIGTERM
+(``scalerl.launch.requeue``).
 """
 from __future__ import annotations
 
@@ -35,4 +37,8 @@ class ScalerlSubmititLocalLauncher(_Scalerl, LocalLauncher):
 
 
 class ScalerlSlurmLauncher(_Scalerl, SlurmLauncher):
-    pass
+    def __call__(self, *args, **kwargs) -> JobReturn:
+        from scalerl.launch.requeue import harden_submitit
+
+        harden_submitit()  # in the job: a preempted arm must not be lost to its own SIGTERM
+        return super().__call__(*args, **kwargs)

@@ -37,9 +37,7 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (cfg.filter.refill_rounds and world_size > 1), "filter",
           f"{cfg.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
           "use filter=zero_variance or one rank")
-    per_rank = b.prompts // world_size
-    check(per_rank % b.minibatches == 0, "batch.minibatches",
-          f"prompts per rank ({per_rank}) must be divisible by batch.minibatches={b.minibatches}")
+    per_rank = b.prompts // world_size  # minibatches are global (train/update.py): no per-rank divisibility
     # File-based tasks (math, code, mix) know their pool size only once the data is read:
     # 0 here means "unknown"; metrics.jsonl's `epoch` comes from the real pool.
     n_train = getattr(cfg.task, "n_train", None) or 0
@@ -48,8 +46,8 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
         world_size=world_size,
         samples_per_step=b.prompts * b.generations,
         prompts_per_rank=per_rank,
-        prompts_per_minibatch=per_rank // b.minibatches,
-        samples_per_minibatch=per_rank // b.minibatches * b.generations,
+        prompts_per_minibatch=b.prompts // b.minibatches,
+        samples_per_minibatch=b.prompts // b.minibatches * b.generations,
         steps_per_epoch=steps_per_epoch,
         epochs=cfg.train.steps / steps_per_epoch if steps_per_epoch else 0.0,
         max_completion_tokens=cfg.length.completion_budget(phrase_tokens),

@@ -66,6 +66,8 @@ class TrainConfig:
     """Abort after this many consecutive steps skipped for a non-finite loss."""
     gpus: int = 0
     """Devices this run is accounted for in device-hours (0 = auto: 1 per rank)."""
+    export_policy: bool = True
+    """At the end, write the final policy to <run dir>/final_policy/ as an ordinary HF checkpoint directory."""
 
     def __post_init__(self) -> None:
         check(self.steps > 0, "train.steps", f"must be > 0, got {self.steps}")

@@ -1,8 +1,9 @@
 """Generation: the narrow interface between trainer and sampler.
 
-Token ids and sampling settings go in; token ids, per-token behaviour
-log-probs, finish reasons and the policy version of every token come out
-(``Generation``). The trainer only ever sees ``Generator``; a vLLM backend
+Token ids and sampling settings (one seed per prompt included) go in; token
+ids, per-token behaviour log-probs, finish reasons and the policy version of
+every token come out (``Generation``). A completion is a pure function of its
+prompt, its seed and the weights (``noise.py``), whoever generates it. The trainer only ever sees ``Generator``; a vLLM backend
 would implement the same protocol (it needs CUDA, so it is not shipped until
 it can be tested). This package must not know about losses or tasks.
 """

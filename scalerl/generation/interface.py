@@ -14,6 +14,8 @@ class SamplingParams:
     eos_token_id: int
     pad_token_id: int
     temperature: float = 1.0
+    """Sampling temperature: tokens are drawn from, and behaviour log-probs are of,
+    softmax(logits / temperature). The trainer divides its logits by the same value."""
     n: int = 1
     """Completions per prompt (the group size). Output rows are grouped: prompt i owns
     rows i*n .. i*n+n-1. The prompt is prefilled once and its KV cache shared."""
@@ -24,6 +26,14 @@ class SamplingParams:
     """Tokens appended at an interruption (the "time is up ... </think>" phrase)."""
     answer_budget: int = 0
     """Tokens the model may still sample after the forced phrase."""
+    think_end_ids: Sequence[int] = ()
+    """Token ids of the end-of-thinking marker (``</think>``). A row that has produced
+    them is writing its answer and is never interrupted: the grader reads only the
+    text after the last marker, so forcing the phrase there would lose the answer."""
+    seeds: torch.Tensor | None = None
+    """(len(prompts),) int64, one per prompt: sample j of prompt i draws all its randomness
+    from (seeds[i], j, position) alone (see ``noise.py``), so a completion does not depend
+    on the rank, batch or slot that generates it. None: seeds 0 .. len(prompts)-1."""
 
 
 @dataclass
@@ -51,6 +61,7 @@ class Generation:
 class Generator(Protocol):
     version: int
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
-        """``len(prompts) * params.n`` completions, grouped by prompt."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> Generation:
+        """``len(prompts) * params.n`` completions, grouped by prompt; a pure function of
+        the prompts, ``params`` (seeds included) and the weights."""
         ...

@@ -6,8 +6,10 @@ prompt is computed once, not G times), then one decode step per token for
 the rows still generating: a finished row leaves the batch and the cache, so
 one long completion does not keep 255 finished ones decoding. Length
 interruptions (arXiv 2510.13786 §3.2) are handled here by forcing the phrase tokens into
-rows that reach their sampled interruption point; forced tokens are fed
-through the model like any other but are excluded from the loss.
+rows that reach their sampled interruption point while still thinking (a row
+that wrote ``</think>`` itself is answering and is left alone); forced tokens
+are fed through the model like any other but are excluded from the loss.
+Tokens are drawn by inverse CDF from counter-based uniforms (``noise.py``).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch
 from transformers import DynamicCache
 
 from scalerl.generation.interface import Generation, SamplingParams
+from scalerl.generation.noise import row_keys, sample_inverse_cdf, uniforms
 from scalerl.models.policy import Policy, positions_from_mask
 
 
@@ -32,16 +35,6 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[tor
     return ids.to(device), mask.to(device)
 
 
-def sample_gumbel(logp: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
-    """One draw per row from softmax(logp): argmax(logp + Gumbel noise).
-
-    Exactly the categorical distribution, and cheaper than torch.multinomial
-    for small vocabularies on CPU. logp (N, V) -> (N,) long.
-    """
-    u = torch.rand(logp.shape, generator=rng, device=logp.device, dtype=torch.float32).clamp_(min=1e-20)
-    return (logp - torch.log(-torch.log(u))).argmax(-1)
-
-
 class TorchGenerator:
     """Samples from ``policy`` in-process; ``version`` is bumped by the trainer."""
 
@@ -51,7 +44,7 @@ class TorchGenerator:
         self.version = 0
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> Generation:
         pol, dev = self.policy, self.device
         n = len(prompts) * params.n
         ids, mask = left_pad(prompts, params.pad_token_id, dev)
@@ -69,6 +62,12 @@ class TorchGenerator:
             torch.full_like(interrupt_at, params.max_new_tokens),
         )
         max_len = int(cap.max()) if n else 0
+        seeds = params.seeds if params.seeds is not None else torch.arange(len(prompts))
+        u = uniforms(row_keys(seeds.to(dev), params.n), max_len)  # (n, max_len) float64
+        think = torch.as_tensor(list(params.think_end_ids), dtype=torch.long, device=dev)
+        n_think = len(think)
+        # Only rows about to be interrupted need to know whether they closed their thinking.
+        last_at = int(interrupt_at.max()) if n and n_think else -1
 
         tokens = torch.full((n, max_len), params.pad_token_id, dtype=torch.long, device=dev)
         logps = torch.zeros((n, max_len), dtype=torch.float32, device=dev)
@@ -86,11 +85,18 @@ class TorchGenerator:
         pos = positions_from_mask(mask)[:, -1:]  # (N, 1)
         rows = torch.arange(n, device=dev)  # the rows still decoding; finished rows leave the batch
         for t in range(max_len):
-            logp = torch.log_softmax(pol.logits(h[:, -1], side="gen"), dim=-1)  # (n_live, V)
-            tok = sample_gumbel(logp, rng)  # (n_live,)
-            # Rows reaching their interruption point start forcing the phrase.
+            logits = pol.logits(h[:, -1], side="gen")  # (n_live, V) fp32
+            if params.temperature != 1.0:
+                logits = logits / params.temperature
+            logp = torch.log_softmax(logits, dim=-1)
+            tok = sample_inverse_cdf(logp, u[rows, t])  # (n_live,)
+            # Rows reaching their interruption point while still thinking start forcing the phrase.
             fpos = force_pos[rows]
             start = will_interrupt[rows] & ~interrupted[rows] & (interrupt_at[rows] == t)
+            if n_think <= t <= last_at and bool(start.any()):  # ...unless it wrote </think>: it is answering
+                idx = start.nonzero().flatten()
+                windows = tokens[rows[idx], :t].unfold(1, n_think, 1)  # (k, t - n_think + 1, n_think)
+                start[idx] = ~(windows == think).all(-1).any(-1)
             fpos = torch.where(start, torch.zeros_like(fpos), fpos)
             interrupted[rows] |= start
             forcing = fpos >= 0

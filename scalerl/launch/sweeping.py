@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 import time
@@ -150,6 +151,9 @@ def check_launch_settings(sweeper) -> None:
 def run_sweep(sweeper, arguments: list[str]) -> list:
     """Plan, validate and launch the arms; ``sweeper.action`` is run, status or dry-run."""
     action = sweeper.action
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and action == "run":
+        raise ConfigError("hydra/launcher", "a sweep (-m) cannot run under torchrun: torchrun starts the ranks of one run "
+                          "(drop -m), and hydra/launcher=slurm hydra.launcher.tasks_per_node=N gives every arm N ranks")
     loader = sweeper.hydra_context.config_loader
     check_launch_settings(sweeper)
     study, overrides_list = expand_arms(arguments, loader)

@@ -1,7 +1,7 @@
 """The length-control contract, the shared schema and the plan it returns."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 from omegaconf import MISSING
@@ -37,8 +37,17 @@ class LengthPlan:
     """(n,) long free-token count at which to interrupt; None: never."""
     phrase: str = ""
     answer_budget: int = 0
+    think_end: str = ""
+    """The marker that closes thinking: a completion that wrote it is answering and is not interrupted."""
     penalty: Optional[Callable[[Tensor], Tensor]] = None
-    """lengths (n,) -> additive reward penalty (n,), applied to correct answers."""
+    """lengths (n,) -> reward penalty (n,) in [-1, 0], added to correct answers in units of
+    half the task's reward gap, (correct_reward - wrong_reward) / 2: with the paper's ±1
+    rewards that is R_len exactly, and a correct answer always scores above a wrong one."""
+
+    def select(self, rows: slice) -> "LengthPlan":
+        """The plan of ``rows`` of the batch it was drawn for (one rank's share)."""
+        at = None if self.interrupt_at is None else self.interrupt_at[rows]
+        return replace(self, interrupt_at=at)
 
 
 class LengthFn(Protocol):

@@ -1,7 +1,9 @@
 """Length interruptions (the ScaleRL choice, arXiv 2510.13786 §3.2): at a random length in
 [lo, hi]·max_new_tokens (the paper: 10k-12k of a 12,288 thinking budget),
 append the end-of-thinking phrase and let the model answer within
-``answer_budget`` more tokens."""
+``answer_budget`` more tokens. Only a completion that is still thinking is
+interrupted: one that already closed its thinking with ``think_end`` is
+writing its answer (the grader keeps only the text after the last marker)."""
 from __future__ import annotations
 
 import math
@@ -23,6 +25,8 @@ class InterruptConfig(LengthConfig):
     answer_budget: int = 6
     """Tokens allowed after the phrase (paper: 2,048)."""
     phrase: str = PAPER_PHRASE
+    think_end: str = "</think>"
+    """The end-of-thinking marker; a completion that wrote it is answering and is never interrupted."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -31,6 +35,7 @@ class InterruptConfig(LengthConfig):
         check(self.answer_budget <= self.max_new_tokens, "length.answer_budget",
               f"must not exceed the total budget length.max_new_tokens={self.max_new_tokens}, got {self.answer_budget}")
         check(len(self.phrase) > 0, "length.phrase", "must not be empty")
+        check(len(self.think_end) > 0, "length.think_end", "must not be empty")
 
     def completion_budget(self, phrase_tokens=None) -> int:
         phrase = len(self.phrase) if phrase_tokens is None else phrase_tokens
@@ -45,4 +50,4 @@ class InterruptConfig(LengthConfig):
 def interrupt_plan(n: int, rng, *, cfg: InterruptConfig) -> LengthPlan:
     lo, hi = cfg.bounds()
     at = torch.randint(lo, hi + 1, (n,), generator=rng)
-    return LengthPlan(interrupt_at=at, phrase=cfg.phrase, answer_budget=cfg.answer_budget)
+    return LengthPlan(interrupt_at=at, phrase=cfg.phrase, answer_budget=cfg.answer_budget, think_end=cfg.think_end)

@@ -1,7 +1,12 @@
 """DAPO's overlong penalty (arXiv 2510.13786 §3.2):
 R_len(y) = clip((L_max − |y|)/L_cache − 1, −1, 0), added to correct answers
 only. L_max is ``max_new_tokens``; the penalty ramps from 0 at
-L_max − L_cache to −1 at L_max."""
+L_max − L_cache to −1 at L_max.
+
+The paper's rewards are ±1, so R_len spans half the gap between a correct
+and a wrong answer. The rollout applies it in those units, scaled by
+(task.correct_reward − task.wrong_reward)/2: ±1 rewards get R_len exactly, and
+with {0, 1} a correct answer at the limit scores 0.5, never at or below a wrong one."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -31,8 +31,10 @@ def load_checkpoint(
     kwargs = {"dtype": dtype, "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
-    return model, load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if model.dtype != dtype:  # transformers < 4.56 names the argument torch_dtype and ignores dtype
+        model = model.to(dtype)
+    return model.to(device), load_tokenizer(path)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:

@@ -1,8 +1,9 @@
 """The policy: an HF causal LM body plus a precision-controlled LM head.
 
-Generator and trainer both go through ``Policy`` so that the precision axis
-(arXiv 2510.13786 §3.2, "FP32 LM head in both generator and trainer") is applied
-identically on both sides; only the head function differs per side.
+The generator goes through ``Policy`` and the trainer through
+``CompletionLogits`` (one ``nn.Module``, the unit FSDP2 roots), both with the
+precision axis's head functions (arXiv 2510.13786 §3.2, "FP32 LM head in both
+generator and trainer"); only the head function differs per side.
 """
 from __future__ import annotations
 
@@ -30,49 +31,85 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-class Policy:
-    """Wraps ``model`` (any ``AutoModelForCausalLM``); heads are per side."""
+def _cache_kw(body) -> str:
+    """transformers 5 renamed past_key_values -> cache; accept both."""
+    params = inspect.signature(inspect.unwrap(type(body).forward)).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
-    def __init__(self, model: PreTrainedModel, *, gen_head: HeadFn, train_head: HeadFn, temperature: float = 1.0):
+
+def run_body(body, cache_kw: str, input_ids, attention_mask, position_ids, cache=None):
+    """The decoder body. Returns (last hidden states (N, T, H), cache)."""
+    kw = {cache_kw: cache, "use_cache": cache is not None}
+    out = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kw)
+    new_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    return out.last_hidden_state, new_cache
+
+
+class CompletionLogits(torch.nn.Module):
+    """The trainer's forward as one module: logits predicting each completion token.
+
+    One module so that FSDP2 can root it: the embeddings, the final norm and
+    the LM head are gathered when it is called, the decoder layers (their own
+    FSDP units) when the body reaches them. ``head`` is the precision axis's
+    trainer-side head function. Returns untempered fp32 logits; the update
+    divides them by the sampling temperature.
+    """
+
+    def __init__(self, model: PreTrainedModel, head: HeadFn):
+        super().__init__()
         self.model = model
-        self.body = model.get_decoder()
-        self.head_weight = model.get_output_embeddings().weight
-        self.gen_head = gen_head
-        self.train_head = train_head
-        self.temperature = temperature
-        # transformers 5 renamed past_key_values -> cache; accept both.
-        params = inspect.signature(inspect.unwrap(type(self.body).forward)).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.head = head
+        self._cache_kw = _cache_kw(model.get_decoder())
 
-    def hidden(self, input_ids, attention_mask, position_ids, cache=None):
-        """Run the body. Returns (last hidden states (N, T, H), cache)."""
-        kw = {self._cache_kw: cache, "use_cache": cache is not None}
-        out = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kw)
-        new_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        return out.last_hidden_state, new_cache
-
-    def logits(self, hidden: torch.Tensor, side: str) -> torch.Tensor:
-        """Temperature-scaled logits in fp32 storage (values may carry bf16 rounding)."""
-        head = self.gen_head if side == "gen" else self.train_head
-        return head(hidden, self.head_weight).float() / self.temperature
-
-    def completion_logits(self, prompt_ids, prompt_mask, tokens, token_mask, group: int = 1) -> torch.Tensor:
-        """Trainer-side logits predicting each completion token.
-
-        prompt_ids/prompt_mask (P, W) left-padded unique prompts; tokens/token_mask
+    def forward(self, prompt_ids, prompt_mask, tokens, token_mask, group: int = 1) -> torch.Tensor:
+        """prompt_ids/prompt_mask (P, W) left-padded unique prompts; tokens/token_mask
         (P*group, T), grouped by prompt. The prompt is run once per group and its
         keys/values (with their gradients) are shared by the group's completions:
         the same function as a full forward of every prompt+completion, with
         1/group of the prompt compute. Returns (P*group, T, V) fp32.
         """
+        body, kw = self.model.get_decoder(), self._cache_kw
         cache = DynamicCache()
-        h_prompt, cache = self.hidden(prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
+        h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
         if group > 1:
             cache.batch_repeat_interleave(group)
         pmask = prompt_mask.repeat_interleave(group, 0)  # (N, W)
         mask = torch.cat([pmask, token_mask], dim=1)  # (N, W+T)
         pos = positions_from_mask(mask)[:, pmask.shape[1] :]
-        h, _ = self.hidden(tokens, mask, pos, cache=cache)  # (N, T, H)
+        h, _ = run_body(body, kw, tokens, mask, pos, cache=cache)  # (N, T, H)
         first = h_prompt[:, -1:].repeat_interleave(group, 0)  # last prompt position predicts token 0
-        return self.logits(torch.cat([first, h[:, :-1]], dim=1), side="train")
+        weight = self.model.get_output_embeddings().weight
+        return self.head(torch.cat([first, h[:, :-1]], dim=1), weight).float()
 
+
+class Policy:
+    """The generator's view of a model: body plus the precision axis's heads.
+
+    ``head_weight`` overrides the model's LM head weight on the generator side
+    (a generator copy in bf16 keeps an fp32 head weight for the fp32 head).
+    """
+
+    def __init__(self, model: PreTrainedModel, *, gen_head: HeadFn, train_head: HeadFn,
+                 head_weight: torch.Tensor | None = None):
+        self.model = model
+        self.body = model.get_decoder()
+        self.head_weight = model.get_output_embeddings().weight if head_weight is None else head_weight
+        self.gen_head = gen_head
+        self.train_head = train_head
+        self._cache_kw = _cache_kw(self.body)
+        self._trainer = None
+
+    def hidden(self, input_ids, attention_mask, position_ids, cache=None):
+        """Run the body. Returns (last hidden states (N, T, H), cache)."""
+        return run_body(self.body, self._cache_kw, input_ids, attention_mask, position_ids, cache)
+
+    def logits(self, hidden: torch.Tensor, side: str) -> torch.Tensor:
+        """Untempered logits in fp32 storage (values may carry bf16 rounding)."""
+        head = self.gen_head if side == "gen" else self.train_head
+        return head(hidden, self.head_weight).float()
+
+    def completion_logits(self, prompt_ids, prompt_mask, tokens, token_mask, group: int = 1) -> torch.Tensor:
+        """The trainer's logits (``CompletionLogits``) on this policy's own model."""
+        if self._trainer is None:
+            self._trainer = CompletionLogits(self.model, self.train_head)
+        return self._trainer(prompt_ids, prompt_mask, tokens, token_mask, group)

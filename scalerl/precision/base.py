@@ -23,10 +23,22 @@ class PrecisionConfig:
 
 @dataclass(frozen=True)
 class Heads:
-    gen: HeadFn
-    train: HeadFn
+    """The dtype the LM head (logits) is computed in on each side, and the body's."""
+
+    gen_dtype: dtype
+    """Generator-side head dtype (behaviour log-probs)."""
+    train_dtype: dtype
+    """Trainer-side head dtype; under FSDP2 the head's weight is also gathered in it."""
     body_dtype: Optional[dtype]
     """None: the run's compute dtype (bf16 on GPU, fp32 on CPU)."""
+
+    @property
+    def gen(self) -> HeadFn:
+        return linear_head(self.gen_dtype)
+
+    @property
+    def train(self) -> HeadFn:
+        return linear_head(self.train_dtype)
 
 
 class HeadsFn(Protocol):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalerl.core.lazy import torch
-from scalerl.precision.base import Heads, PrecisionConfig, linear_head
+from scalerl.precision.base import Heads, PrecisionConfig
 
 
 @dataclass
@@ -15,5 +15,4 @@ class Bf16Config(PrecisionConfig):
 
 
 def bf16_heads(compute_dtype, *, cfg: Bf16Config) -> Heads:
-    head = linear_head(torch.bfloat16)
-    return Heads(gen=head, train=head, body_dtype=None)
+    return Heads(gen_dtype=torch.bfloat16, train_dtype=torch.bfloat16, body_dtype=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalerl.core.lazy import torch
-from scalerl.precision.base import Heads, PrecisionConfig, linear_head
+from scalerl.precision.base import Heads, PrecisionConfig
 
 
 @dataclass
@@ -14,5 +14,4 @@ class Fp32Config(PrecisionConfig):
 
 
 def fp32_heads(compute_dtype, *, cfg: Fp32Config) -> Heads:
-    head = linear_head(torch.float32)
-    return Heads(gen=head, train=head, body_dtype=torch.float32)
+    return Heads(gen_dtype=torch.float32, train_dtype=torch.float32, body_dtype=torch.float32)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalerl.core.lazy import torch
-from scalerl.precision.base import Heads, PrecisionConfig, linear_head
+from scalerl.precision.base import Heads, PrecisionConfig
 
 
 @dataclass
@@ -19,5 +19,5 @@ class Fp32HeadConfig(PrecisionConfig):
 
 
 def fp32_head_heads(compute_dtype, *, cfg: Fp32HeadConfig) -> Heads:
-    pick = lambda on: linear_head(torch.float32 if on else torch.bfloat16)
-    return Heads(gen=pick(cfg.generator), train=pick(cfg.trainer), body_dtype=None)
+    pick = lambda on: torch.float32 if on else torch.bfloat16
+    return Heads(gen_dtype=pick(cfg.generator), train_dtype=pick(cfg.trainer), body_dtype=None)

@@ -98,6 +98,8 @@ def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
         # Warm-start (SFT) data: fresh problems, never the held-out split.
         sft_stream=lambda seed: ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
         names=("arith",),
+        correct_reward=cfg.correct_reward,
+        wrong_reward=cfg.wrong_reward,
     )
 
 

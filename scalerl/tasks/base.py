@@ -78,6 +78,11 @@ class TaskData:
     """The task names that appear in ``Problem.task`` (one, or a mix's entries)."""
     flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Task name -> the outcome flags ``score`` reports for its problems (code: timeout, crash)."""
+    correct_reward: float = 1.0
+    """The training reward of a correct answer (``task.correct_reward``); the overlong
+    penalty is scaled by half the gap to ``wrong_reward``."""
+    wrong_reward: float = 0.0
+    """The training reward of a wrong one (``task.wrong_reward``)."""
 
 
 class BuildTaskFn(Protocol):

@@ -291,4 +291,5 @@ def build_code(cfg: CodeConfig, *, tokenizer=None) -> TaskData:
         return Grades(reward=reward, correct=correct, flags={"timeout": timeout, "crash": crash})
 
     return TaskData(train=train, heldout=heldout, score=score, sft_stream=None, names=("code",),
-                    flags={"code": ("timeout", "crash")})
+                    flags={"code": ("timeout", "crash")},
+                    correct_reward=cfg.correct_reward, wrong_reward=cfg.wrong_reward)

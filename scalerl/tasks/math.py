@@ -130,4 +130,5 @@ def build_math(cfg: MathConfig, *, tokenizer=None) -> TaskData:
             for p in rng.sample(train, len(train)):
                 yield Problem(prompt=p.prompt, answer=sft_target(p.answer, cfg.answer_format), task=p.task, uid=p.uid)
 
-    return TaskData(train=train, heldout=heldout, score=score, sft_stream=sft_stream, names=("math",))
+    return TaskData(train=train, heldout=heldout, score=score, sft_stream=sft_stream, names=("math",),
+                    correct_reward=cfg.correct_reward, wrong_reward=cfg.wrong_reward)

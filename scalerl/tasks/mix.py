@@ -97,4 +97,5 @@ def build_mix(cfg: MixConfig, *, tokenizer=None) -> TaskData:
             yield dataclasses.replace(next(its[key]), task=key)
 
     return TaskData(train=train, heldout=heldout, score=score, sft_stream=sft_stream if streams else None,
-                    names=tuple(subs), flags={k: fs for k, fs in reported.items() if fs})
+                    names=tuple(subs), flags={k: fs for k, fs in reported.items() if fs},
+                    correct_reward=cfg.correct_reward, wrong_reward=cfg.wrong_reward)

@@ -60,10 +60,14 @@ def plain(obj, where: str = "checkpoint"):
                     "weights_only=True; store tensors, numbers, strings, lists or dicts")
 
 
-def check_finite(model: torch.nn.Module) -> None:
-    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
-    if bad:
-        raise FloatingPointError(f"refusing to checkpoint non-finite parameters: {bad[:3]}")
+def check_finite(model: torch.nn.Module, dist=None) -> None:
+    """Raise if any parameter is non-finite. With ``dist``, a collective: every rank looks
+    at its own shards and all raise together, so none is left waiting in the next collective."""
+    bad = [n for n, p in model.named_parameters()
+           if not torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all()]
+    n_bad = len(bad) if dist is None else int(dist.all_sum(torch.tensor([float(len(bad))])).item())
+    if n_bad:
+        raise FloatingPointError(f"refusing to checkpoint non-finite parameters: {bad[:3] or 'on another rank'}")
 
 
 def _reason(err: BaseException) -> str:

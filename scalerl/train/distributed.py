@@ -1,14 +1,17 @@
-"""Data parallelism across ranks (torchrun, or SLURM tasks started by srun).
+"""Data-parallel ranks: torchrun (``torchrun --nproc_per_node N -m scalerl.sweep ...``)
+or SLURM tasks started by srun (``hydra.launcher.tasks_per_node=N``).
 
-Every rank generates for its shard of the step's prompts and trains on it;
-gradients are summed with all_reduce. Small per-step statistics (rewards,
-unit counts) are gathered so batch-level quantities are exact.
+Every rank generates for its share of the step's prompts and trains on it
+through the FSDP2-sharded trainer (``sharding.py``). Small per-step statistics
+(rewards, unit counts, metric sums) are all-reduced so batch-level quantities
+are exact. Collectives get tensors on ``Dist.device``: the rank's GPU under
+NCCL, the CPU under gloo; results come back on the caller's device.
 """
 from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -18,30 +21,30 @@ import torch.distributed as dist
 class Dist:
     rank: int = 0
     world: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    """This rank's device; collectives run on it."""
+    mesh: object = None
+    """The 1-D device mesh FSDP2 shards over (None: not sharded)."""
 
     @property
     def main(self) -> bool:
         return self.rank == 0
 
     def all_sum(self, x: torch.Tensor) -> torch.Tensor:
-        if self.world > 1:
-            x = x.clone()
-            dist.all_reduce(x)
-        return x
+        if self.world == 1:
+            return x
+        y = x.to(self.device, copy=True)
+        dist.all_reduce(y)
+        return y.to(x.device)
 
     def all_cat(self, x: torch.Tensor) -> torch.Tensor:
         """Concatenate equal-shaped tensors from every rank along dim 0, rank order."""
         if self.world == 1:
             return x
-        parts = [torch.empty_like(x) for _ in range(self.world)]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, 0)
-
-    def sum_grads(self, params) -> None:
-        if self.world > 1:
-            for p in params:
-                if p.grad is not None:
-                    dist.all_reduce(p.grad)
+        y = x.to(self.device).contiguous()
+        parts = [torch.empty_like(y) for _ in range(self.world)]
+        dist.all_gather(parts, y)
+        return torch.cat(parts, 0).to(x.device)
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -73,19 +76,40 @@ def _slurm_env() -> dict[str, str] | None:
     }
 
 
-def init_distributed(device_type: str) -> Dist:
-    """Join the process group if launched with several ranks; else single-process."""
+def launched_world() -> int:
+    """Ranks this process was started with (torchrun's WORLD_SIZE or srun's SLURM_NTASKS)."""
+    env = _slurm_env()
+    return int((env or os.environ).get("WORLD_SIZE", "1"))
+
+
+def init_distributed(device: torch.device, *, sharded: bool) -> Dist:
+    """Join the process group if launched with several ranks (a 1-rank group when a
+    single process still shards, for mixed precision); else single-process."""
     env = _slurm_env()
     if env:
         os.environ.update(env)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Dist()
+    if device.type == "cuda":  # one GPU per rank; modulo: SLURM may bind each task to its own single GPU
+        local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count() if world > 1 else None
+        device = torch.device("cuda", torch.cuda.current_device() if local is None else local)
+        torch.cuda.set_device(device)
+    if world <= 1 and not sharded:
+        return Dist(device=device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return Dist(rank=dist.get_rank(), world=dist.get_world_size())
+        if world > 1:
+            dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+        else:  # one process: an in-memory store, no port to pick
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    world = dist.get_world_size()
+    mesh = None
+    if sharded:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (world,))
+    return Dist(rank=dist.get_rank(), world=world, device=device, mesh=mesh)
 
 
 def shutdown(d: Dist) -> None:
-    if d.world > 1 and dist.is_initialized():
+    if (d.world > 1 or d.mesh is not None) and dist.is_initialized():
         dist.destroy_process_group()

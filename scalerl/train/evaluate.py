@@ -2,35 +2,53 @@
 
 Pass rate = mean correctness over ``eval_samples`` samples of every held-out
 prompt at the training temperature (arXiv 2510.13786 §2: 1,000 prompts x 16 samples).
-It uses its own RNG seeded by (seed, step), so evaluating never perturbs the
-training trajectory and a resumed run re-evaluates identically.
+Its randomness is keyed by (seed, step, held-out index), apart from the
+training stream, so evaluating never perturbs the training trajectory, a
+resumed run re-evaluates identically, and any number of ranks gets the same
+numbers: each rank grades a contiguous share and the sums are all-reduced.
 
 Per task (one, or each entry of a ``mix``; §5 fits one curve per task):
 ``pass_rate/<task>``, ``response_length/<task>``, ``truncation_rate/<task>`` and the rate
 of each outcome flag the task reports (code: ``timeout_rate/<task>``, ``crash_rate/<task>``).
+Per problem kind (arith: ``add``, ``mul``): ``pass_rate/<kind>``.
 """
 from __future__ import annotations
 
 import torch
 
+from scalerl.generation.noise import mix_seed
 from scalerl.train.rollout import sample_and_score
 
 EVAL_CHUNK = 1024  # sequences per generate call; bounds KV-cache memory on big models
+EVAL_STREAM = 1 << 41  # keeps eval seeds apart from the training steps' seeds
+
+
+def share(n: int, rank: int, world: int) -> slice:
+    """Rank ``rank``'s contiguous share of ``n`` items, as even as possible."""
+    q, r = divmod(n, world)
+    lo = rank * q + min(rank, r)
+    return slice(lo, lo + q + (rank < r))
 
 
 @torch.no_grad()
-def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, **gen_kw) -> dict:
-    problems = task.heldout[dist.rank :: dist.world]
-    rng = torch.Generator().manual_seed(10_007 * seed + step + 1)
+def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, plan_lengths, **gen_kw) -> dict:
+    n = len(task.heldout)
+    mine = share(n, dist.rank, dist.world)
+    rng = torch.Generator().manual_seed(mix_seed(seed, step, EVAL_STREAM))
+    plan = plan_lengths(n * samples, rng)  # the whole split's plan: rank-invariant
+    seeds = torch.tensor([mix_seed(seed, step, EVAL_STREAM, i) for i in range(n)], dtype=torch.long)
     per_chunk = max(1, EVAL_CHUNK // samples)
     names = list(task.names)
+    kinds = sorted({p.kind for p in task.heldout if p.kind})
     flags = sorted({f for fs in task.flags.values() for f in fs})
-    # per task: correct, samples, generated tokens, truncated, then one column per flag
-    sums = torch.zeros(len(names) + 1, 4 + len(flags), dtype=torch.float64)  # last row: all tasks
-    by_kind: dict[str, list[float]] = {}
-    for start in range(0, len(problems), per_chunk):
-        chunk = problems[start : start + per_chunk]
-        ro = sample_and_score(chunk, range(len(chunk)), samples, rng=rng, task=task, **gen_kw)
+    # rows: one per task, one per kind, the last for all; columns: correct, samples,
+    # generated tokens, truncated, then one per flag. Sums, so the ranks' shares all-reduce.
+    sums = torch.zeros(len(names) + len(kinds) + 1, 4 + len(flags), dtype=torch.float64)
+    for start in range(mine.start, mine.stop, per_chunk):
+        stop = min(start + per_chunk, mine.stop)
+        chunk = task.heldout[start:stop]
+        ro = sample_and_score(chunk, range(start, stop), samples, seeds=seeds[start:stop],
+                              plan=plan.select(slice(start * samples, stop * samples)), task=task, **gen_kw)
         lengths = ro.gen.lengths.cpu().view_as(ro.correct).double()
         truncated = ro.gen.truncated.cpu().view_as(ro.correct).double()
         for row, p in enumerate(chunk):
@@ -40,18 +58,19 @@ def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, **gen_k
             sums[-1] += values
             if p.task in names:
                 sums[names.index(p.task)] += values
-            by_kind.setdefault(p.kind, []).append(ro.correct[row].mean().item())
+            if p.kind:
+                sums[len(names) + kinds.index(p.kind)] += values
     total = dist.all_sum(sums)
-    n = total[:, 1].clamp(min=1)
-    out = {"pass_rate": (total[-1, 0] / n[-1]).item()}
+    count = total[:, 1].clamp(min=1)
+    out = {"pass_rate": (total[-1, 0] / count[-1]).item()}
     for i, name in enumerate(names):
         if total[i, 1] == 0:
             continue
-        out[f"pass_rate/{name}"] = (total[i, 0] / n[i]).item()
-        out[f"response_length/{name}"] = (total[i, 2] / n[i]).item()
-        out[f"truncation_rate/{name}"] = (total[i, 3] / n[i]).item()
-        out.update({f"{f}_rate/{name}": (total[i, 4 + j] / n[i]).item() for j, f in enumerate(flags)
+        out[f"pass_rate/{name}"] = (total[i, 0] / count[i]).item()
+        out[f"response_length/{name}"] = (total[i, 2] / count[i]).item()
+        out[f"truncation_rate/{name}"] = (total[i, 3] / count[i]).item()
+        out.update({f"{f}_rate/{name}": (total[i, 4 + j] / count[i]).item() for j, f in enumerate(flags)
                     if f in task.flags.get(name, ())})
-    if dist.world == 1:  # per-kind breakdown is rank-local; only exact single-process
-        out.update({f"pass_rate/{k}": sum(v) / len(v) for k, v in sorted(by_kind.items()) if k})
+    for k, kind in enumerate(kinds):
+        out[f"pass_rate/{kind}"] = (total[len(names) + k, 0] / count[len(names) + k]).item()
     return out

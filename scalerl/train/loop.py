@@ -11,11 +11,19 @@ Per step (synchronous; PipelineRL asynchrony is a separate axis to come):
   eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
 
+Ranks (torchrun or srun) each generate for their share of the step's prompts
+and train through the FSDP2-sharded trainer (``sharding.py``); sampling is
+keyed by prompt, not rank, so N ranks reproduce the 1-rank run.
+
 Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
 - no asynchrony yet (PipelineRL-8 is the ScaleRL choice);
 - eval every ``eval_every`` steps instead of every 100 (tiny runs are short);
-- rewards default to {0, 1}, not ±1 (``task.wrong_reward=-1`` gives the paper's;
-  advantage normalization makes them equivalent except under ``adv_norm=none``).
+- rewards default to {0, 1} (``task.correct_reward``/``task.wrong_reward``), not ±1.
+  Group-centred advantages cancel the offset, and batch or prompt std
+  normalization cancels the scale, but ``adv_norm=none`` sees advantages half
+  the size of the paper's (set ``task.wrong_reward=-1``). The overlong penalty
+  works in units of half the reward gap, so its weight matches the paper's
+  on either scale.
 """
 from __future__ import annotations
 
@@ -28,53 +36,59 @@ import torch
 from scalerl.config.derive import derive
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile
-from scalerl.train.checkpoint import check_finite, load_latest, save_checkpoint
+from scalerl.train.checkpoint import check_finite, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
-from scalerl.train.distributed import init_distributed, shutdown
+from scalerl.train.distributed import init_distributed, launched_world, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
+from scalerl.train.export import export_policy
 from scalerl.train.heldout import pin_heldout
 from scalerl.train.progress import Progress
 from scalerl.train.rollout import encode_phrase, rollout
-from scalerl.train.setup import build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
+from scalerl.train.setup import body_dtype, build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
+from scalerl.train.sharded_checkpoint import prune, resume, save_sharded
+from scalerl.train.sharding import needs_sharding
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
 
 
 def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -> dict:
     """Run, or resume, one RL run in ``run_dir``. Returns final counters and status."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     stop = StopRequest().install()
+    try:
+        return _train(cfg, Path(run_dir), stop, run_name=run_name, group=group, config_dict=config_dict)
+    finally:  # an error too gives the process its signal handlers back
+        stop.restore()
+
+
+def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, config_dict: dict) -> dict:
+    run_dir.mkdir(parents=True, exist_ok=True)
     # ------------------------------------------------------------------ setup
     device = pick_device(cfg.train.device)
     threads = resolve_threads(cfg.train.threads)
     task, ckpt_path = prepare_checkpoint(cfg)
-    dist = init_distributed(device.type)
+    dist = init_distributed(device, sharded=needs_sharding(launched_world(), body_dtype(cfg, device)))
     say = print if dist.main else (lambda *a, **k: None)
-    r = build_run(cfg, task, ckpt_path, device)
+    r = build_run(cfg, task, ckpt_path, dist)
     pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
     G, per_rank = cfg.batch.generations, derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
     devices = cfg.train.gpus or dist.world  # device-hours = wall x devices
-    gen_kw = dict(generator=r.generator, tok=r.tok, plan_lengths=r.recipe.plan_lengths,
-                  max_new_tokens=cfg.length.max_new_tokens, temperature=cfg.train.temperature, device=device)
+    gen_kw = dict(generator=r.generator, tok=r.tok, max_new_tokens=cfg.length.max_new_tokens,
+                  temperature=cfg.train.temperature, device=dist.device)
     metrics, steps_log = JsonlFile(run_dir / "metrics.jsonl"), JsonlFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
              "nan_skips": 0, "nan_streak": 0, "truncation_alarms": 0, "wandb_id": None,
              "window": []}  # per-step stats since the last eval, averaged into its row
     # ----------------------------------------------------------------- resume
-    ckpt = load_latest(run_dir, log=say)
-    if ckpt is not None:
-        r.model.load_state_dict(ckpt["model"])
-        r.optimizer.load_state_dict(ckpt["optimizer"])
-        r.scheduler.load_state_dict(ckpt["scheduler"])
-        r.sampler.load_state_dict(ckpt["sampler"])
-        state.update(ckpt["state"])
+    saved = resume(run_dir, r, log=say)  # either kind of checkpoint, from any number of ranks
+    if saved is not None:
+        state.update(saved)
         say(f"[scalerl] resuming {run_name} from step {state['step']}")
+    r.sync_generator()
     if dist.main:  # rows written after the checkpoint will be re-done, exactly
-        metrics.truncate_after(state["step"] if ckpt is not None else -1)
-        steps_log.truncate_after(state["step"] if ckpt is not None else -1)
+        metrics.truncate_after(state["step"] if saved is not None else -1)
+        steps_log.truncate_after(state["step"] if saved is not None else -1)
     logger = build_logger(cfg) if dist.main else None
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
@@ -84,10 +98,10 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
 
     def evaluate_and_checkpoint() -> None:
-        check_finite(r.model)  # a diverged policy gets no eval row, only an error
+        check_finite(r.model, dist)  # a diverged policy gets no eval row, only an error
         r.model.eval()
         ev = heldout_pass_rate(r.task, samples=cfg.train.eval_samples, seed=cfg.seed, step=state["step"],
-                               dist=dist, **gen_kw)
+                               dist=dist, plan_lengths=r.recipe.plan_lengths, **gen_kw)
         r.model.train()
         failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
@@ -97,37 +111,40 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         if dist.main:
             metrics.append(row)
             logger.log({f"eval/{k}" if k in ev else k: v for k, v in row.items()}, state["step"])
-            save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
+        _save(run_dir, r, state, cfg, dist)
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
 
     # ------------------------------------------------------------ step-0 eval
-    if ckpt is None:  # a step-0 checkpoint is only ever written after the step-0 row: never evaluate twice
+    if saved is None:  # a step-0 checkpoint is only ever written after the step-0 row: never evaluate twice
         evaluate_and_checkpoint()  # R0 of the fit: the policy before any RL
-    while state["step"] < cfg.train.steps and not _stop_agreed(stop, dist):
+    stopping = _stop_agreed(stop, dist)
+    while state["step"] < cfg.train.steps and not stopping:
         t0 = time.perf_counter()
         step = state["step"] + 1
-        rng = torch.Generator().manual_seed(_seed(cfg.seed, dist.rank, step))
         # -------------------------------------------------------------- rollout
         step_prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
-        ro = rollout(step_prompts[mine], r.task, group=G, keep_fn=r.recipe.keep, refill_rounds=r.recipe.refill_rounds,
-                     sampler=r.sampler, rng=rng, **gen_kw)
-        rewards, correct = dist.all_cat(ro.rewards), dist.all_cat(ro.correct)  # (P, G) whole batch
+        ro = rollout(step_prompts, mine, r.task, group=G, seed=cfg.seed, step=step, plan_lengths=r.recipe.plan_lengths,
+                     keep_fn=r.recipe.keep, refill_rounds=r.recipe.refill_rounds, sampler=r.sampler, **gen_kw)
+        rewards, correct = dist.all_cat(torch.stack([ro.rewards, ro.correct], 1)).unbind(1)  # (P, G) whole batch
         # ------------------------------------------------ filter + advantages
         keep = r.recipe.keep(rewards)  # (P,)
         adv = r.recipe.advantages(rewards, keep)  # (P, G)
         prompt_index = ro.prompt_index if dist.world == 1 else step_prompts
         r.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
         # --------------------------------------------------------------- update
-        upd = policy_update(r.policy, r.optimizer, r.params, ro, adv[mine], keep[mine], r.recipe,
-                            minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip, dist=dist)
+        upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe, minibatches=cfg.batch.minibatches,
+                            grad_clip=cfg.train.grad_clip, temperature=cfg.train.temperature, mine=mine, dist=dist)
         r.scheduler.step()
+        r.sync_generator()
         r.generator.version = step
         # -------------------------------------------------------------- account
         counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
                                             float(ro.gen.present.sum()), float(ro.gen.truncated.sum()),
-                                            float(ro.gen.interrupted.sum()), float(ro.gen.truncated.numel())]))
-        gen_tok, train_tok, new_tok, n_trunc, n_interrupt, n_samples = counts.tolist()
+                                            float(ro.gen.interrupted.sum()), float(ro.gen.truncated.numel()),
+                                            float(stop.requested)]))
+        gen_tok, train_tok, new_tok, n_trunc, n_interrupt, n_samples, n_stop = counts.tolist()
+        stopping = n_stop > 0  # all ranks stop at the same step if any of them was signalled
         wall = time.perf_counter() - t0
         step_flops = gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok)
         state.update(step=step, compute=state["compute"] + step_flops, tokens=state["tokens"] + int(new_tok),
@@ -144,13 +161,15 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         # -------------------------------------------------- eval + checkpoint
         if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
             evaluate_and_checkpoint()
-        elif step % cfg.train.ckpt_every == 0 and dist.main:
-            save_checkpoint(run_dir, step, _payload(r, state), cfg.train.keep_checkpoints, r.model)
+        elif step % cfg.train.ckpt_every == 0:
+            _save(run_dir, r, state, cfg, dist)
         progress.update(step)
     # ----------------------------------------------------------------- finish
     status = "done" if state["step"] >= cfg.train.steps else ("preempted" if stop.preempted else "interrupted")
-    if status != "done" and dist.main:  # stopped by a signal: save exactly where we are
-        save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
+    if status != "done":  # stopped by a signal: save exactly where we are
+        _save(run_dir, r, state, cfg, dist)
+    elif cfg.train.export_policy:  # the final policy as an ordinary HF checkpoint directory
+        export_policy(run_dir, r, dist)
     progress.update(state["step"], status=status)
     progress.close()
     if logger is not None:
@@ -186,14 +205,15 @@ def _stop_agreed(stop: StopRequest, dist) -> bool:
     return dist.all_sum(torch.tensor([float(stop.requested)])).item() > 0
 
 
-def _payload(r, state: dict) -> dict:
-    return {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict(), "scheduler": r.scheduler.state_dict(),
-            "sampler": r.sampler.state_dict(), "state": dict(state)}
-
-
-def _seed(seed: int, rank: int, step: int) -> int:
-    """Per-(seed, rank, step) sampling seed: resumes are exact without saving RNG state."""
-    return (seed * 1_000_003 + rank * 7_919 + step) % (2**63 - 1)
+def _save(run_dir: Path, r, state: dict, cfg, dist) -> None:
+    """Checkpoint: sharded (DCP, every rank) or one .pt file (rank 0)."""
+    extra = {"scheduler": r.scheduler.state_dict(), "sampler": r.sampler.state_dict(), "state": dict(state)}
+    if r.sharded:
+        save_sharded(run_dir, state["step"], r.model, r.optimizer, extra, cfg.train.keep_checkpoints, dist)
+    elif dist.main:
+        payload = {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict(), **extra}
+        save_checkpoint(run_dir, state["step"], payload, cfg.train.keep_checkpoints, r.model)
+        prune(run_dir, cfg.train.keep_checkpoints)  # sharded ones from an earlier N-rank phase
 
 
 def _mean(rows: list[dict]) -> dict:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from scalerl.generation import Generation, SamplingParams
+from scalerl.generation.noise import mix_seed
 from scalerl.generation.torch_sampler import left_pad
 
 
@@ -26,10 +27,10 @@ class Rollout:
     prompt_mask: torch.Tensor
     gen: Generation
     correct: torch.Tensor
-    """(P, G) 1 where the completion is fully correct, else 0 (the pass rate's samples)."""
+    """(P, G) 1.0 where the answer is correct, else 0.0 (pass rates, NPR)."""
     rewards: torch.Tensor
-    """(P, G) the task's reward (task.correct_reward / wrong_reward, partial credit) after
-    length shaping; what advantages are computed from."""
+    """(P, G) the training reward: ``task.correct_reward`` / ``task.wrong_reward`` (partial credit) plus length
+    shaping; what the filter and the advantages see."""
     gen_tokens: int
     """Tokens the generator processed: each prompt once (shared prefill) plus every
     generated token, refill rounds included."""
@@ -61,47 +62,77 @@ def decode_completions(tok, gen: Generation) -> list[str]:
     return tok.batch_decode(rows, skip_special_tokens=False)
 
 
-def sample_and_score(problems, index, group: int, *, generator, tok, task, plan_lengths, max_new_tokens: int,
-                     temperature, rng, device) -> Rollout:
-    """Generate ``group`` completions for each problem and grade them."""
+def prompt_seeds(seed: int, step: int, round_: int, n: int) -> torch.Tensor:
+    """(n,) sampling seeds of one step's prompts, by their position in the global batch:
+    the same completions whatever the number of ranks (``generation/noise.py``)."""
+    return torch.tensor([mix_seed(seed, step, round_, i) for i in range(n)], dtype=torch.long)
+
+
+def plan_rng(seed: int, step: int, round_: int) -> torch.Generator:
+    """The generator a step's length plan is drawn from (for the whole global batch)."""
+    return torch.Generator().manual_seed(mix_seed(seed, step, round_, 1 << 40))
+
+
+def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok, task, max_new_tokens: int,
+                     temperature, device) -> Rollout:
+    """Generate ``group`` completions for each problem and grade them.
+
+    seeds: (P,) per-prompt sampling seeds; plan: the length plan of these P*group rows.
+    """
     prompts = [encode_prompt(tok, p.prompt) for p in problems]
-    plan = plan_lengths(len(prompts) * group, rng)
     params = SamplingParams(
         max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        temperature=temperature, n=group, interrupt_at=plan.interrupt_at,
+        temperature=temperature, n=group, interrupt_at=plan.interrupt_at, seeds=seeds,
         force_ids=encode_phrase(tok, plan.phrase), answer_budget=plan.answer_budget,
+        think_end_ids=encode_phrase(tok, plan.think_end),
     )
-    gen = generator.generate(prompts, params, rng)
+    gen = generator.generate(prompts, params)
     texts = decode_completions(tok, gen)
     grades = task.score(texts, [problems[i // group] for i in range(len(texts))])
     shape = (len(problems), group)
     correct = torch.tensor(grades.correct, dtype=torch.float32).view(shape)
     rewards = torch.tensor(grades.reward, dtype=torch.float32).view(shape)
     flags = {k: torch.tensor(v, dtype=torch.float32).view(shape) for k, v in grades.flags.items()}
-    if plan.penalty is not None:  # DAPO overlong penalty: correct answers only
-        rewards = rewards + plan.penalty(gen.lengths.cpu().float()).view_as(correct) * (correct > 0)
+    if plan.penalty is not None:  # DAPO overlong penalty on correct answers, in units of half the reward gap
+        gap = task.correct_reward - task.wrong_reward
+        rewards = rewards + plan.penalty(gen.lengths.cpu().float()).view_as(correct) * (gap / 2) * (correct > 0)
     ids, mask = left_pad(prompts, tok.pad_token_id, device)
     return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()), flags)
 
 
+@functools.lru_cache(maxsize=64)
+def _encode_phrase(tok, phrase: str) -> tuple[int, ...]:
+    return tuple(tok(phrase, add_special_tokens=False)["input_ids"]) if phrase else ()
+
+
 def encode_phrase(tok, phrase: str) -> list[int]:
-    return tok(phrase, add_special_tokens=False)["input_ids"] if phrase else []
+    return list(_encode_phrase(tok, phrase))
 
 
-def rollout(step_prompts: list[int], task, *, group, keep_fn, refill_rounds, sampler, **gen_kw) -> Rollout:
-    """One step's rollout for this rank's prompts.
+def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, step: int, plan_lengths, keep_fn,
+            refill_rounds, sampler, **gen_kw) -> Rollout:
+    """One step's rollout for this rank's prompts ``step_prompts[mine]``.
 
-    With ``refill_rounds`` > 0 (DAPO dynamic sampling), groups the filter would
-    drop are replaced by fresh prompts from ``sampler`` until every group has
-    signal or the rounds run out.
+    Seeds and the length plan are drawn for the whole global batch and this
+    rank takes its share, so the completions do not depend on the rank count.
+    With ``refill_rounds`` > 0 (DAPO dynamic sampling, one rank), groups the
+    filter would drop are replaced by fresh prompts from ``sampler`` until
+    every group has signal or the rounds run out.
     """
-    ro = sample_and_score([task.train[i] for i in step_prompts], step_prompts, group, task=task, **gen_kw)
-    for _ in range(refill_rounds):
+    P = len(step_prompts)
+    seeds = prompt_seeds(seed, step, 0, P)[mine]
+    plan = plan_lengths(P * group, plan_rng(seed, step, 0)).select(slice(mine.start * group, mine.stop * group))
+    idx = step_prompts[mine]
+    ro = sample_and_score([task.train[i] for i in idx], idx, group, seeds=seeds, plan=plan, task=task, **gen_kw)
+    for r in range(1, refill_rounds + 1):
         keep = keep_fn(ro.rewards)
         if bool(keep.all()):
             break
-        new_index = sampler.next(int((~keep).sum()))
-        fresh = sample_and_score([task.train[i] for i in new_index], new_index, group, task=task, **gen_kw)
+        k = int((~keep).sum())
+        new_index = sampler.next(k)
+        fresh = sample_and_score([task.train[i] for i in new_index], new_index, group, task=task,
+                                 seeds=prompt_seeds(seed, step, r, k), plan=plan_lengths(k * group, plan_rng(seed, step, r)),
+                                 **gen_kw)
         ro = replace_groups(ro, (~keep).nonzero().flatten().tolist(), fresh)
     return ro
 

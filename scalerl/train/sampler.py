@@ -3,6 +3,13 @@
 Its whole state (permutation, position, epoch, retired set) goes into
 checkpoints, so a resumed run draws exactly the prompts it would have drawn
 (resume bugs at epoch boundaries are a common pain in RL frameworks).
+
+Epoch boundaries inside one step's batch: the next epoch's order is built
+before that step's pass rates are known, so (1) the prompts the step already
+took from the old epoch go to the back of the new order (no prompt twice in
+one step), and (2) ``record`` removes a newly retired prompt from whatever
+part of the order is still to be drawn (a prompt retired at that step never
+comes back, arXiv 2510.13786 §3.2 No-Positive-Resampling).
 """
 from __future__ import annotations
 
@@ -24,21 +31,24 @@ class PromptSampler:
         self.retired: set[int] = set()
         self.order = self._permutation()
 
-    def _permutation(self) -> list[int]:
+    def _permutation(self, taken: frozenset[int] = frozenset()) -> list[int]:
+        """A shuffled epoch of the live prompts; ``taken`` (already in this step's batch) go last."""
         live = [i for i in range(self.n) if i not in self.retired]
         if not live:  # everything retired: fall back to the full pool rather than stall
             live = list(range(self.n))
         random.Random(self.seed * 100_003 + self.epoch).shuffle(live)
+        if taken:
+            live = [i for i in live if i not in taken] + [i for i in live if i in taken]
         return live
 
     def next(self, k: int) -> list[int]:
         """The next k prompt indices, crossing epoch boundaries as needed."""
-        out = []
+        out: list[int] = []
         while len(out) < k:
             if self.pos >= len(self.order):
                 self.epoch += 1
                 self.pos = 0
-                self.order = self._permutation()  # retirements apply from the next epoch
+                self.order = self._permutation(frozenset(out))
             take = min(k - len(out), len(self.order) - self.pos)
             out.extend(self.order[self.pos : self.pos + take])
             self.pos += take
@@ -57,12 +67,12 @@ class PromptSampler:
         """
         if self.retire_at is None:
             return 0
-        new = 0
-        for i, rate in zip(indices, pass_rates.tolist()):
-            if rate >= self.retire_at and i not in self.retired:
-                self.retired.add(i)
-                new += 1
-        return new
+        new = {i for i, rate in zip(indices, pass_rates.tolist()) if rate >= self.retire_at and i not in self.retired}
+        self.retired |= new
+        rest = self.order[self.pos :]
+        if new and any(i in new for i in rest):  # a batch crossed into an epoch ordered before this
+            self.order = self.order[: self.pos] + [i for i in rest if i not in new]
+        return len(new)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "pos": self.pos, "drawn": self.drawn, "order": list(self.order),

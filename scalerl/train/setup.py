@@ -1,6 +1,7 @@
 """Build everything a run needs from its validated config (no training here):
 the task, the starting checkpoint (built, warm-started and cached if needed),
-the recipe of axis functions, the policy, the optimizer and the prompt stream."""
+the recipe of axis functions, the trainer (FSDP2-sharded when the run needs
+it, ``sharding.py``), the generator's policy, the optimizer and the prompt stream."""
 from __future__ import annotations
 
 import os
@@ -16,13 +17,14 @@ from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
 from scalerl.models.load import compute_dtype, load_checkpoint, load_tokenizer
-from scalerl.models.policy import Policy
+from scalerl.models.policy import CompletionLogits, Policy
 from scalerl.registry import Recipe, build_recipe
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
 from scalerl.train.heldout import split_record
 from scalerl.train.sampler import PromptSampler
+from scalerl.train.sharding import push_weights, shard_trainer
 from scalerl.train.warmstart import cached_warm_start
 
 
@@ -48,13 +50,24 @@ class Run:
     recipe: Recipe
     tok: object
     model: torch.nn.Module
+    """The trainer's HF model (fp32 master weights; FSDP2-sharded when ``sharded``)."""
+    trainer: CompletionLogits
+    """The trainer's forward (the FSDP2 root when sharded) around ``model``."""
     policy: Policy
+    """The generator's view: ``model`` itself, or its own copy in the compute dtype when sharded."""
     generator: TorchGenerator
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: PromptSampler
     n_params: int
     params: list
+    sharded: bool
+
+    def sync_generator(self) -> None:
+        """After an update (or a resume): the generator samples from the trainer's current
+        weights. A no-op when they share the model; a full-weight push when sharded."""
+        if self.sharded:
+            push_weights(self.model, self.policy)
 
 
 def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
@@ -74,8 +87,10 @@ def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
     if task.sft_stream is None:
         raise ConfigError("model.warmstart.enabled", f"task={cfg.task.name} has no answers to imitate in a supervised "
                                                      "warm start; set model.warmstart.enabled=false")
+    # "heldout": a changed data file is a different warm start. "sampler": the warm start's
+    # stopping rule samples; bump when sampling changes (2: counter-based noise).
     key = {"base": str(base.resolve()), "warmstart": asdict(cfg.model.warmstart), "task": asdict(cfg.task),
-           "heldout": split_record(task)["fingerprint"]}  # a changed data file is a different warm start
+           "heldout": split_record(task)["fingerprint"], "sampler": 2}
     return task, cached_warm_start(base, cache / f"warm-{stable_hash(key)}", cfg.model.warmstart, task, log=log)
 
 
@@ -84,20 +99,43 @@ def build_logger(cfg) -> Logger:
     return LOGGERS[cfg.logger.name].fn(cfg.logger)
 
 
-def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device) -> Run:
-    recipe = build_recipe(cfg)
+def body_dtype(cfg, device: torch.device) -> torch.dtype:
+    """The dtype the model body computes in: the precision axis's, else ``model.dtype`` (auto: bf16 on GPU)."""
     dtype = compute_dtype(cfg.model.dtype, device)
-    heads = recipe.heads(dtype)
-    model, tok = load_checkpoint(ckpt, dtype=heads.body_dtype or dtype, device=device,
-                                 attn_implementation=cfg.model.attn_implementation)
+    return build_recipe(cfg).heads(dtype).body_dtype or dtype
+
+
+def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
+    recipe = build_recipe(cfg)
+    device, sharded = dist.device, dist.mesh is not None
+    body = body_dtype(cfg, device)
+    heads = recipe.heads(compute_dtype(cfg.model.dtype, device))
+    attn = cfg.model.attn_implementation
+    # Sharded: fp32 master weights, loaded on the CPU; fully_shard moves each unit's shard to the device.
+    model, tok = load_checkpoint(ckpt, dtype=torch.float32 if sharded else body,
+                                 device=torch.device("cpu") if sharded else device, attn_implementation=attn)
     model.train()  # no dropout in the tiny model; real checkpoints set their own
-    policy = Policy(model, gen_head=heads.gen, train_head=heads.train, temperature=cfg.train.temperature)
-    params = [p for p in model.parameters() if p.requires_grad]
+    n_params = flop_params(model)
+    trainer = CompletionLogits(model, heads.train)
+    if sharded:
+        head = torch.float32 if heads.train_dtype == torch.float32 else body
+        shard_trainer(trainer, dist.mesh, compute_dtype=body, head_dtype=head)
+        gen_model, _ = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
+        gen_model.eval()
+        # An fp32 generator head keeps its own fp32 copy of the head weight (the body copy is in bf16).
+        own_head = heads.gen_dtype == torch.float32 and body != torch.float32
+        head_weight = gen_model.get_output_embeddings().weight.detach().float().clone() if own_head else None
+        policy = Policy(gen_model, gen_head=heads.gen, train_head=heads.train, head_weight=head_weight)
+    else:
+        policy = Policy(model, gen_head=heads.gen, train_head=heads.train)
+    params = [p for p in trainer.parameters() if p.requires_grad]
     t = cfg.train
-    optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), eps=t.adam_eps, weight_decay=t.weight_decay)
+    # foreach: one op over all (sharded) tensors; torch's default would step DTensors one by one on CPU.
+    optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), eps=t.adam_eps, weight_decay=t.weight_decay,
+                                  foreach=True if sharded else None)
     # Constant lr after a linear warm-up (arXiv 2510.13786 §2: 100 warm-up steps, then constant).
     warm = max(t.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
-    return Run(task, recipe, tok, model, policy, TorchGenerator(policy, device), optimizer, scheduler, sampler,
-               flop_params(model), params)
+    return Run(task, recipe, tok, model, trainer, policy, TorchGenerator(policy, device), optimizer, scheduler, sampler,
+               n_params, params, sharded)

@@ -51,12 +51,17 @@ def sleep_forever(started: str) -> None:
 
 
 class Ticker(submitit.helpers.Checkpointable):
-    """Counts until interrupted; the requeued copy returns the restart count and kept progress."""
+    """Counts until interrupted; the requeued copy returns the restart count and kept progress.
+    Like every scalerl SLURM job (hydra_plugins' ScalerlSlurmLauncher), it first makes
+    submitit's requeue survive the preemption's SIGTERM."""
 
     def __init__(self) -> None:
         self.ticks = 0
 
     def __call__(self, started: str) -> tuple[int, int]:
+        from scalerl.launch.requeue import harden_submitit
+
+        harden_submitit()
         restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
         if restarts == 0:
             Path(started).touch()
@@ -152,14 +157,38 @@ def test_cancelled_job_raises_uncompleted_and_sacct_says_cancelled(executor, tmp
              f"sacct reporting job {job.job_id} CANCELLED")
 
 
-def test_interrupted_checkpointable_job_is_requeued_and_completes(executor, tmp_path):
+@pytest.fixture
+def cpu_load():
+    """Busy processes on every core for the test's duration (the flake only showed under load)."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    yield
+    for p in burners:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def sigterm_during_requeue(tmp_path, monkeypatch):
+    """An `scontrol` (first on the jobs' PATH) that, asked to requeue, first sends itself the
+    SIGTERM a preemption delivers to every process of the step, then runs the real command:
+    the race that lost a requeued job, made deterministic."""
+    real = subprocess.run(["bash", "-c", "command -v scontrol"], capture_output=True, text=True).stdout.strip()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/bash\nif [ "$1" = requeue ]; then kill -TERM $$; fi\nexec {real} "$@"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")  # sbatch exports it to the job
+
+
+def test_interrupted_checkpointable_job_is_requeued_and_completes(executor, tmp_path, cpu_load,
+                                                                  sigterm_during_requeue):
     started = tmp_path / "started"
     job = executor.submit(Ticker(), str(started))
     try:
-        wait_for(started.exists, 30, f"job {job.job_id} did not start")
+        wait_for(started.exists, 60, f"job {job.job_id} did not start")
         time.sleep(0.5)  # some progress to keep across the requeue
         job._interrupt()  # what preemption sends: SIGTERM then USR2
-        restarts, ticks = within(90, job.result)
+        restarts, ticks = within(180, job.result)
     finally:
         job.cancel(check=False)  # no-op once done; stops the infinite loop if the test failed
     assert restarts == 1

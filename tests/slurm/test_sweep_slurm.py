@@ -9,6 +9,9 @@ from pathlib import Path
 import pandas as pd
 from helpers import popen_cli, read_rows, run_cli, wait_for
 
+from scalerl.config import compose, validate
+from scalerl.train.loop import train
+
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "logger=none", "train.threads=1"]
 
 
@@ -89,12 +92,22 @@ def test_cancelled_arm_is_failed_while_others_finish_then_only_it_reruns(slurm_c
 
 
 def test_two_task_arm_trains_with_gloo_across_slurm_tasks(slurm_cluster, tmp_path):
+    """srun's 2 tasks form one FSDP2 run over gloo that reproduces the same run on 1 rank."""
     args = ["-m", "loss=cispo", *SLURM, "hydra.launcher.tasks_per_node=2", "train.steps=4", "train.eval_every=2"]
     run_cli(args, tmp_path, timeout=600)
     (run_dir,) = arms(tmp_path / "sweeps" / "default")
     derived = json.loads((run_dir / "derived.json").read_text())
     assert derived["world_size"] == 2 and derived["prompts_per_rank"] == 8
     assert [r["step"] for r in read_rows(run_dir / "metrics.jsonl")] == [0, 2, 4]
+    assert (run_dir / "checkpoints" / "step_00000004" / ".metadata").exists()  # sharded checkpoints
+    one = tmp_path / "one_rank"
+    train(validate(compose(["loss=cispo", "logger=none", "train.threads=1", "train.steps=4", "train.eval_every=2"])),
+          one, run_name="one", group="test", config_dict={})
+    same = ("train_reward", "effective_batch", "response_length")
+    assert [{k: r[k] for k in same} for r in read_rows(run_dir / "steps.jsonl")] == \
+        [{k: r[k] for k in same} for r in read_rows(one / "steps.jsonl")]
+    assert [r["pass_rate"] for r in read_rows(run_dir / "metrics.jsonl")] == \
+        [r["pass_rate"] for r in read_rows(one / "metrics.jsonl")]
     logs = sorted((tmp_path / "sweeps" / "default" / ".submitit").rglob("*_log.out"))
     assert {p.name.split("_")[-2] for p in logs} == {"0", "1"}  # <job>_<task>_log.out: one per task
     assert json.loads((run_dir / "summary.json").read_text())["device_hours"] > 0

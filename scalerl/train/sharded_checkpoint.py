@@ -1,0 +1,150 @@
+"""Checkpoints of an FSDP2-sharded trainer, with ``torch.distributed.checkpoint`` (DCP).
+
+``checkpoints/step_XXXXXXXX/`` holds the model and the AdamW state, written by
+every rank in parallel with names independent of the sharding (the HF
+parameter names), plus ``extra.json`` (scheduler, prompt sampler with its NPR
+history, run counters; JSON, so loading it runs no pickle). DCP re-shards on
+load, so a run resumes on any number of ranks. ``resume`` also reads the plain
+``step_*.pt`` files of 1-rank runs (``checkpoint.py``) and loads either kind
+into either kind of trainer: a run can move between 1 rank and N.
+
+Atomic like the plain ones: written to a temp directory, renamed by rank 0
+once every rank has finished; a checkpoint with a non-finite parameter on any
+rank is refused; an unreadable newest checkpoint falls back to the one before.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from scalerl.core.jsonio import write_json_atomic
+from scalerl.train.checkpoint import ckpt_dir, list_checkpoints, load_latest
+
+EXTRA = "extra.json"
+
+
+def _step(path: Path) -> int:
+    return int(re.search(r"step_(\d+)", path.name).group(1))
+
+
+def list_sharded(run_dir: Path) -> list[Path]:
+    """Complete sharded checkpoints (DCP metadata and extra state both written), oldest first."""
+    return sorted(p for p in ckpt_dir(run_dir).glob("step_*") if p.is_dir() and (p / EXTRA).exists()
+                  and (p / ".metadata").exists())
+
+
+def _state(model, optimizer) -> dict:
+    """The DCP state of model + optimizer. An optimizer without state yet (before the first
+    update) gets it initialised by a zero-lr step, which sets AdamW's step count to 1:
+    callers record ``fresh`` and clear it again (``_forget``), or bias correction would shift."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
+
+
+def _forget(optimizer) -> None:
+    """Back to a never-stepped optimizer (the zero-lr initialisation left the weights unchanged)."""
+    optimizer.state.clear()
+
+
+def save_sharded(run_dir: Path, step: int, model, optimizer, extra: dict, keep: int, dist) -> Path:
+    """Collective: every rank writes its shards; rank 0 the extra state and the rename."""
+    import torch.distributed.checkpoint as dcp
+
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    finite = dist.all_sum(torch.tensor([float(all(bool(torch.isfinite(t).all()) for t in local))]))
+    if finite.item() < dist.world:
+        raise FloatingPointError("refusing to checkpoint non-finite parameters")
+    d = ckpt_dir(run_dir)
+    path, tmp = d / f"step_{step:08d}", d / f".step_{step:08d}.tmp"
+    if dist.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    fresh = not optimizer.state
+    dcp.save(_state(model, optimizer), checkpoint_id=str(tmp))
+    if fresh:
+        _forget(optimizer)
+    if dist.main:
+        write_json_atomic(tmp / EXTRA, {**extra, "optimizer_fresh": fresh})
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        prune(run_dir, keep)
+    dist.barrier()
+    return path
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Keep the ``keep`` newest checkpoints of either kind."""
+    both = sorted([*list_checkpoints(run_dir), *list_sharded(run_dir)], key=_step)
+    for old in both[:-keep]:
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+
+
+def resume(run_dir: Path, r, log=print) -> dict | None:
+    """Load the newest checkpoint of either kind into the run ``r`` (model, optimizer,
+    scheduler, sampler); returns its run counters, or None when there is none.
+    Collective when ``r`` is sharded: every rank must call it."""
+    sharded = list_sharded(run_dir)
+    plain = list_checkpoints(run_dir)
+    if sharded and (not plain or _step(sharded[-1]) >= _step(plain[-1])):
+        for path in reversed(sharded):
+            try:
+                extra = json.loads((path / EXTRA).read_text())
+                _load_dcp(path, r)
+                if extra.get("optimizer_fresh"):
+                    _forget(r.optimizer)
+                break
+            except Exception as e:  # a damaged checkpoint: try the previous one
+                log(f"[scalerl] warning: unreadable checkpoint {path.name} ({e}); trying an older one")
+        else:
+            return None
+    else:
+        ck = load_latest(run_dir, log=log)
+        if ck is None:
+            return None
+        _load_full(ck["model"], ck["optimizer"], r)
+        extra = {k: ck[k] for k in ("scheduler", "sampler", "state")}
+    r.scheduler.load_state_dict(extra["scheduler"])
+    r.sampler.load_state_dict(extra["sampler"])
+    return extra["state"]
+
+
+def _load_dcp(path: Path, r) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    state = _state(r.model, r.optimizer)  # the layout to load into; DCP re-shards to it
+    dcp.load(state, checkpoint_id=str(path))
+    set_model_state_dict(r.model, state["model"])
+    set_optimizer_state_dict(r.model, r.optimizer, state["optim"])
+
+
+def _load_full(model_sd: dict, optim_sd: dict, r) -> None:
+    """A plain checkpoint's full state dicts (HF names; the optimizer's native format)."""
+    if not r.sharded:
+        r.model.load_state_dict(model_sd)
+        r.optimizer.load_state_dict(optim_sd)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    full = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(r.model, model_sd, options=full)
+    set_optimizer_state_dict(r.model, r.optimizer, native_to_named(optim_sd, r.model), options=full)
+    if not optim_sd["state"]:  # saved before the first update
+        _forget(r.optimizer)
+
+
+def native_to_named(optim_sd: dict, model) -> dict:
+    """``optimizer.state_dict()`` (state keyed by parameter index, in ``model.parameters()``
+    order) -> the name-keyed form that ``set_optimizer_state_dict`` reads."""
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    state = {names[i]: v for i, v in optim_sd["state"].items()}
+    groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[i] for i in g["params"]]}
+              for g in optim_sd["param_groups"]]
+    return {"state": state, "param_groups": groups}

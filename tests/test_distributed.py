@@ -1,0 +1,217 @@
+"""Data-parallel ranks on CPU with gloo: the FSDP2 trainer against one rank, resuming on a
+different number of ranks, hundreds of steps with uneven splits, and fp32 master weights.
+
+The 2-rank runs are real: ``torchrun --nproc_per_node 2 -m scalerl.sweep``, two processes,
+FSDP2 over a gloo process group. Sampling is keyed by prompt, not rank, so both rank counts
+draw the same completions; what may differ is float summation order (two partial gradient
+sums reduced, against one), which AdamW turns into parameter differences of order
+lr x 1e-7 per step. The tolerances below are ~100x what we measure and ~100x below what a
+real divergence (one different token, a wrong gradient scale) produces.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO, read_rows
+from safetensors.torch import load_file
+
+from scalerl.train.loop import train
+from scalerl.train.update import minibatch_groups
+
+# Small and fast, but the ScaleRL recipe (default filter zero_variance_npr, interruptions).
+TINY = ["logger=none", "train.threads=1", "batch.prompts=8", "batch.generations=8", "batch.minibatches=2",
+        "train.eval_samples=1"]
+STEPS = 24
+COMPARED = ("train_reward", "response_length", "effective_batch", "truncation_rate", "interrupt_rate")
+
+
+def torchrun(args: list[str], run_dir: Path, nproc: int = 2, timeout: int = 900, check: bool = True):
+    """``torchrun --nproc_per_node N -m scalerl.sweep ARGS`` into ``run_dir``."""
+    env = {**os.environ, "SCALERL_NO_BAR": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "scalerl.sweep", *args, f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def one_rank(tiny_cfg, run_dir: Path, *overrides: str) -> dict:
+    return train(tiny_cfg(*TINY, *overrides), run_dir, run_name=run_dir.name, group="test", config_dict={})
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "final_policy" / "model.safetensors"))
+
+
+def assert_same_run(a: Path, b: Path, start: dict, first_step: int = 1) -> None:
+    """Same samples (exactly), same losses and weights (to float rounding)."""
+    sa = {r["step"]: r for r in read_rows(a / "steps.jsonl")}
+    sb = {r["step"]: r for r in read_rows(b / "steps.jsonl")}
+    assert sorted(sa) == sorted(sb) == list(range(1, STEPS + 1))
+    for step in range(first_step, STEPS + 1):
+        ra, rb = sa[step], sb[step]
+        assert {k: ra[k] for k in COMPARED} == {k: rb[k] for k in COMPARED}, step
+        assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4, abs=1e-6), step
+        assert ra["grad_norm"] == pytest.approx(rb["grad_norm"], rel=1e-4), step
+    ma, mb = read_rows(a / "metrics.jsonl"), read_rows(b / "metrics.jsonl")
+    assert [(r["step"], r["pass_rate"]) for r in ma] == [(r["step"], r["pass_rate"]) for r in mb]
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
+    moved = max((wa[k] - start[k]).abs().max().item() for k in wa)  # what training changed
+    print(f"{b.name}: max |weight difference| {worst:.1e}; training moved weights by up to {moved:.1e}")
+    assert worst < 1e-5 < 1e-3 < moved, (worst, moved)
+
+
+# ------------------------------------------------------------------ unit
+
+
+def test_minibatch_split_is_as_even_as_possible():
+    keep = torch.tensor([True] * 9 + [False] * 3)
+    assert [len(c) for c in minibatch_groups(keep, 4)] == [3, 2, 2, 2]  # was [3, 3, 3, 0]
+    assert sum(minibatch_groups(keep, 4), []) == list(range(9))
+    assert minibatch_groups(torch.tensor([False, True]), 2) == [[1]]
+    assert minibatch_groups(torch.zeros(4, dtype=torch.bool), 2) == []
+
+
+class TwinDist:
+    """Rank ``rank`` of 2 whose twin contributes exactly what it does: enough to run one
+    rank's side of the update in-process (the collectives are sums)."""
+
+    def __init__(self, rank: int):
+        self.rank, self.world, self.device, self.mesh = rank, 2, torch.device("cpu"), None
+
+    def all_sum(self, x):
+        return x * 2
+
+
+def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
+    """Bug: a rank whose share of the kept groups is smaller than batch.minibatches got an empty
+    minibatch, its metrics dict was empty and the merge raised KeyError ('entropy')."""
+    from scalerl.train.rollout import rollout
+    from scalerl.train.setup import build_run, prepare_checkpoint
+    from scalerl.train.update import policy_update
+
+    cfg = tiny_cfg(*TINY)
+    task, ckpt = prepare_checkpoint(cfg)
+    r = build_run(cfg, task, ckpt, TwinDist(1))
+    gen_kw = dict(generator=r.generator, tok=r.tok, max_new_tokens=8, temperature=1.0, device=torch.device("cpu"))
+    mine = slice(4, 8)  # rank 1's prompts of 8
+    ro = rollout(list(range(8)), mine, task, group=8, seed=0, step=1, plan_lengths=r.recipe.plan_lengths,
+                 keep_fn=r.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
+    keep = torch.tensor([True, True, True, False, False, False, False, True])  # rank 1 keeps only group 7
+    adv = torch.randn(8, 8)
+    out = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe, minibatches=2, grad_clip=1.0,
+                        temperature=1.0, mine=mine, dist=TwinDist(1))
+    # Global chunks [0, 1] and [2, 7]: rank 1 has no rows in the first, one group in the second.
+    assert out["idle_minibatches"] == 1 and out["nonfinite"] == 0
+    assert {"entropy", "loss", "grad_norm", "logp_mismatch", "ratio_dev", "clip_frac"} <= set(out)
+
+
+# ------------------------------------------------------------------ one rank, mixed precision
+
+
+def test_bf16_compute_keeps_fp32_master_weights(tiny_cfg, tmp_path):
+    """Bug: with a bf16 body the weights were bf16 and AdamW updated them in place; at the
+    paper's lr (5e-7) the update rounds away and the weights never change. Now the master
+    weights are fp32 (FSDP2 mixed precision, one rank) and move by ~lr per step."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    run_dir = tmp_path / "bf16"
+    one_rank(tiny_cfg, run_dir, "model.dtype=bfloat16", "train.lr=5e-7", "train.steps=1", "train.eval_every=1")
+    states = []
+    for step in (0, 1):  # the model weights of either kind of checkpoint
+        path = run_dir / "checkpoints" / f"step_{step:08d}"
+        if path.is_dir():
+            dcp_to_torch_save(path, tmp_path / f"{step}.pt")
+            path = tmp_path / f"{step}.pt"
+        else:
+            path = path.with_suffix(".pt")
+        states.append(torch.load(path, weights_only=False)["model"])
+    before, after = states
+    assert all(t.dtype == torch.float32 for t in after.values())
+    delta = torch.cat([(after[k] - before[k]).abs().flatten() for k in before])
+    assert (delta > 0).float().mean() > 0.5  # most weights moved...
+    assert 1e-7 < delta.median() < 2e-6  # ...by about one AdamW step of lr 5e-7
+
+
+# ------------------------------------------------------------------ two ranks
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, _session_env):
+    """The same run on 1 rank (in-process) and on 2 ranks (torchrun), 24 steps each,
+    and the weights both started from."""
+    from scalerl.config import compose, validate
+    from scalerl.train.setup import prepare_checkpoint
+
+    root = tmp_path_factory.mktemp("pair")
+    args = [*TINY, f"train.steps={STEPS}", f"train.eval_every={STEPS // 2}"]
+    cfg = validate(compose(args))
+    start = load_file(str(prepare_checkpoint(cfg)[1] / "model.safetensors"))
+    train(cfg, root / "one", run_name="one", group="test", config_dict={})
+    torchrun(args, root / "two")
+    return root, args, start
+
+
+@pytest.mark.slow
+def test_two_ranks_reproduce_one_rank(pair):
+    root, _, start = pair
+    derived = json.loads((root / "two" / "derived.json").read_text())
+    assert derived["world_size"] == 2 and derived["prompts_per_rank"] == 4
+    assert any((root / "two" / "checkpoints").glob("step_*/.metadata"))  # sharded (DCP) checkpoints
+    steps = read_rows(root / "two" / "steps.jsonl")
+    assert sum(r["idle_minibatches"] for r in steps) > 0  # uneven splits happened, and were survived
+    assert_same_run(root / "one", root / "two", start)
+
+
+@pytest.mark.slow
+def test_resume_on_a_different_number_of_ranks(pair, tiny_cfg):
+    """2 ranks -> 1 (a sharded DCP checkpoint loaded into a plain model) and 1 -> 2 (a plain .pt
+    checkpoint sharded on load): both continue exactly as the uninterrupted run."""
+    root, args, start = pair
+    half = f"step_{STEPS // 2:08d}"
+    for src, dst in (("two", "two_then_one"), ("one", "one_then_two")):
+        shutil.copytree(root / src, root / dst)
+        for p in (root / dst / "checkpoints").iterdir():  # back to the middle of the run
+            if not p.name.startswith(half):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        shutil.rmtree(root / dst / "final_policy")
+    from scalerl.config import compose, validate
+
+    train(validate(compose(args)), root / "two_then_one", run_name="x", group="test", config_dict={})
+    out = torchrun(args, root / "one_then_two")
+    assert "resuming" in out.stdout + out.stderr
+    assert (root / "one_then_two" / "checkpoints" / f"step_{STEPS:08d}" / ".metadata").exists()
+    assert_same_run(root / "one", root / "two_then_one", start, first_step=STEPS // 2 + 1)
+    assert_same_run(root / "one", root / "one_then_two", start, first_step=STEPS // 2 + 1)
+
+
+@pytest.mark.slow
+def test_two_rank_run_with_the_default_filter_finishes_hundreds_of_steps(tmp_path):
+    """Bug: with zero_variance_npr about 6-7% of steps split the kept groups unevenly over
+    2 ranks, and the rank with an empty minibatch crashed. A tiny batch (2 prompts per rank)
+    makes uneven splits common; evaluation is rare and small to keep this affordable."""
+    run_dir = tmp_path / "long"
+    torchrun(["logger=none", "train.threads=1", "batch.prompts=4", "batch.generations=4", "batch.minibatches=2",
+              "train.steps=300", "train.eval_every=150", "train.eval_samples=1", "train.ckpt_every=1000",
+              "train.export_policy=false", "length=truncate"], run_dir)
+    steps = read_rows(run_dir / "steps.jsonl")
+    assert [r["step"] for r in steps] == list(range(1, 301))
+    uneven = sum(r["idle_minibatches"] > 0 for r in steps)
+    assert uneven >= 30, uneven  # measured: about a third of the steps
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "done"
+
+
+def test_a_sweep_under_torchrun_is_refused_with_a_clear_error(tmp_path):
+    proc = torchrun(["-m", "loss=cispo,dapo", "logger=none"], tmp_path / "x", check=False, timeout=300)
+    assert proc.returncode != 0
+    assert "torchrun starts the ranks of one run" in proc.stdout + proc.stderr
