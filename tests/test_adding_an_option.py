@@ -14,7 +14,6 @@ import sys
 
 import pandas as pd
 import pytest
-
 from helpers import REPO
 
 pytestmark = pytest.mark.slow

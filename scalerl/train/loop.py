@@ -1,18 +1,20 @@
 """The RL training loop: one function, read top to bottom.
 
-Per step (synchronous; PipelineRL asynchrony is a separate axis to come):
-  rollout    sample G completions for each of the step's prompts, recording
-             per-token behaviour log-probs, and score them with the task reward
+Per step:
+  rollout    the step's batch from the run's schedule (``async`` axis): G scored
+             completions per prompt with per-token behaviour log-probs and policy
+             versions, generated just now (sync), earlier in the phase
+             (ppo_off_policy) or streamed by generator processes (pipeline_rl)
   filter     keep mask over prompt groups (``recipe.keep``), NPR bookkeeping
   advantages group-centred, scaled by ``recipe.advantages``
   update     per-token loss (``recipe.loss``), reduced by ``recipe.aggregate``,
              an AdamW step per minibatch
+  publish    hand the new weights to the generators as the plan says
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
   eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
 
 Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
-- no asynchrony yet (PipelineRL-8 is the ScaleRL choice);
 - eval every ``eval_every`` steps instead of every 100 (tiny runs are short);
 - rewards are {0, 1}, not ±1 (advantage normalization makes them equivalent
   except under ``adv_norm=none``).
@@ -32,7 +34,8 @@ from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.progress import Progress
-from scalerl.train.rollout import encode_phrase, rollout
+from scalerl.train.rollout import encode_phrase
+from scalerl.train.schedule import build_schedule
 from scalerl.train.setup import build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
@@ -51,11 +54,13 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     say = print if dist.main else (lambda *a, **k: None)
     r = build_run(cfg, task, ckpt_path, device)
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
-    G, per_rank = cfg.batch.generations, derived.prompts_per_rank
+    per_rank = derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
-    devices = cfg.train.gpus or dist.world  # device-hours = wall x devices
     gen_kw = dict(generator=r.generator, tok=r.tok, plan_lengths=r.recipe.plan_lengths,
                   max_new_tokens=cfg.length.max_new_tokens, temperature=cfg.train.temperature, device=device)
+    sched = build_schedule(cfg, r, gen_kw=gen_kw, device=device, threads=threads, rank=dist.rank, world=dist.world,
+                           mine=mine)
+    devices = (cfg.train.gpus or dist.world) + sched.generator_devices  # device-hours = wall x (trainer + generator devices)
     metrics, steps_log = JsonlFile(run_dir / "metrics.jsonl"), JsonlFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
              "nan_skips": 0, "nan_streak": 0, "truncation_alarms": 0, "wandb_id": None,
@@ -67,6 +72,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         r.optimizer.load_state_dict(ckpt["optimizer"])
         r.scheduler.load_state_dict(ckpt["scheduler"])
         r.sampler.load_state_dict(ckpt["sampler"])
+        sched.load_state_dict(ckpt.get("async", {}))
         state.update(ckpt["state"])
         say(f"[scalerl] resuming {run_name} from step {state['step']}")
     if dist.main:  # rows written after the checkpoint will be re-done, exactly
@@ -75,9 +81,10 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     logger = build_logger(cfg) if dist.main else None
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
-        (run_dir / "derived.json").write_text(_json(derived.to_dict() | {"n_params": r.n_params, "threads": threads}))
+        (run_dir / "derived.json").write_text(_json(derived.to_dict() | {
+            "n_params": r.n_params, "threads": threads, "trainer_threads": torch.get_num_threads(),
+            "generator_devices": sched.generator_devices}))
     progress = Progress(run_dir, run_name, cfg.train.steps, state["step"], enabled=dist.main)
-    r.generator.version = state["step"]
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
 
     def evaluate_and_checkpoint() -> None:
@@ -86,66 +93,70 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
                                dist=dist, **gen_kw)
         r.model.train()
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
-               "tokens": state["tokens"], "epoch": r.sampler.epochs_done, **ev, **_mean(window),
+               "tokens": state["tokens"], "epoch": sched.epochs_done(state["step"]), **ev, **_mean(window),
                "retired": len(r.sampler.retired), "nan_skips": state["nan_skips"], "wall_s": state["wall_s"]}
         window.clear()
         if dist.main:
             metrics.append(row)
             logger.log({f"eval/{k}" if k.startswith("pass_rate") else k: v for k, v in row.items()}, state["step"])
-            save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
+            save_checkpoint(run_dir, state["step"], _payload(r, state, sched), cfg.train.keep_checkpoints, r.model)
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
 
-    # ------------------------------------------------------------ step-0 eval
-    if state["step"] == 0:
-        evaluate_and_checkpoint()  # R0 of the fit: the policy before any RL
-    while state["step"] < cfg.train.steps and not _stop_agreed(stop, dist):
-        t0 = time.perf_counter()
-        step = state["step"] + 1
-        rng = torch.Generator().manual_seed(_seed(cfg.seed, dist.rank, step))
-        # -------------------------------------------------------------- rollout
-        step_prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
-        ro = rollout(step_prompts[mine], r.task, group=G, keep_fn=r.recipe.keep, refill_rounds=r.recipe.refill_rounds,
-                     sampler=r.sampler, rng=rng, **gen_kw)
-        rewards, correct = dist.all_cat(ro.rewards), dist.all_cat(ro.correct)  # (P, G) whole batch
-        # ------------------------------------------------ filter + advantages
-        keep = r.recipe.keep(rewards)  # (P,)
-        adv = r.recipe.advantages(rewards, keep)  # (P, G)
-        prompt_index = ro.prompt_index if dist.world == 1 else step_prompts
-        r.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
-        # --------------------------------------------------------------- update
-        upd = policy_update(r.policy, r.optimizer, r.params, ro, adv[mine], keep[mine], r.recipe,
-                            minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip, dist=dist)
-        r.scheduler.step()
-        r.generator.version = step
-        # -------------------------------------------------------------- account
-        counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
-                                            float(ro.gen.present.sum()), float(ro.gen.truncated.sum()),
-                                            float(ro.gen.interrupted.sum()), float(ro.gen.truncated.numel())]))
-        gen_tok, train_tok, new_tok, n_trunc, n_interrupt, n_samples = counts.tolist()
-        wall = time.perf_counter() - t0
-        step_flops = gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok)
-        state.update(step=step, compute=state["compute"] + step_flops, tokens=state["tokens"] + int(new_tok),
-                     wall_s=state["wall_s"] + wall, device_hours=state["device_hours"] + wall * devices / 3600)
-        stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,
-                 "truncation_rate": n_trunc / n_samples, "interrupt_rate": n_interrupt / n_samples,
-                 "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall,
-                 "lr": r.scheduler.get_last_lr()[0], **{k: v for k, v in upd.items() if k != "train_tokens"}}
-        _alarms(stats, state, cfg, say, dist)
-        window.append(stats)
-        if dist.main:
-            steps_log.append({"step": step, "compute": state["compute"], **stats})
-            logger.log({f"train/{k}": v for k, v in stats.items()}, step)
-        # -------------------------------------------------- eval + checkpoint
-        if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
-            evaluate_and_checkpoint()
-        elif step % cfg.train.ckpt_every == 0 and dist.main:
-            save_checkpoint(run_dir, step, _payload(r, state), cfg.train.keep_checkpoints, r.model)
-        progress.update(step)
+    sched.start(state["step"])  # generator processes (if any) start and receive the trainer's weights
+    progress.extra = {"generator_pids": getattr(sched, "pids", [])}
+    try:
+        # -------------------------------------------------------- step-0 eval
+        if state["step"] == 0:
+            evaluate_and_checkpoint()  # R0 of the fit: the policy before any RL
+        while state["step"] < cfg.train.steps and not _stop_agreed(stop, dist):
+            t0 = time.perf_counter()
+            step = state["step"] + 1
+            # ---------------------------------------------------------- rollout
+            batch = sched.rollout(step)  # this rank's share of the step's batch
+            ro = batch.rollout
+            rewards, correct = dist.all_cat(ro.rewards), dist.all_cat(ro.correct)  # (P, G) whole batch
+            # -------------------------------------------- filter + advantages
+            keep = r.recipe.keep(rewards) & dist.all_cat(batch.fresh)  # (P,); fresh: within the lag bound
+            adv = r.recipe.advantages(rewards, keep)  # (P, G)
+            prompt_index = ro.prompt_index if dist.world == 1 else batch.prompts
+            r.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
+            # ----------------------------------------------------------- update
+            upd = policy_update(r.policy, r.optimizer, r.params, ro, adv[mine], keep[mine], r.recipe,
+                                minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip, dist=dist)
+            r.scheduler.step()
+            sched.publish(step)  # the generators get version `step` (now, or at the next phase)
+            # ---------------------------------------------------------- account
+            counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
+                                                float(ro.gen.present.sum()), float(ro.gen.truncated.sum()),
+                                                float(ro.gen.interrupted.sum()), float(ro.gen.truncated.numel())]))
+            gen_tok, train_tok, new_tok, n_trunc, n_interrupt, n_samples = counts.tolist()
+            wall = time.perf_counter() - t0
+            step_flops = gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok)
+            state.update(step=step, compute=state["compute"] + step_flops, tokens=state["tokens"] + int(new_tok),
+                         wall_s=state["wall_s"] + wall, device_hours=state["device_hours"] + wall * devices / 3600)
+            stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,
+                     "truncation_rate": n_trunc / n_samples, "interrupt_rate": n_interrupt / n_samples,
+                     "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall,
+                     "samples_per_s": n_samples / wall, "lr": r.scheduler.get_last_lr()[0],
+                     **{k: v for k, v in upd.items() if k != "train_tokens"}, **sched.stats(wall)}
+            _alarms(stats, state, cfg, say, dist)
+            window.append(stats)
+            if dist.main:
+                steps_log.append({"step": step, "compute": state["compute"], **stats})
+                logger.log({f"train/{k}": v for k, v in stats.items()}, step)
+            # ---------------------------------------------- eval + checkpoint
+            if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
+                evaluate_and_checkpoint()
+            elif step % cfg.train.ckpt_every == 0 and dist.main:
+                save_checkpoint(run_dir, step, _payload(r, state, sched), cfg.train.keep_checkpoints, r.model)
+            progress.update(step)
+    finally:
+        sched.close()  # generator processes stop (their in-flight batches are regenerated on resume)
     # ----------------------------------------------------------------- finish
     status = "done" if state["step"] >= cfg.train.steps else ("preempted" if stop.preempted else "interrupted")
     if status != "done" and dist.main:  # stopped by a signal: save exactly where we are
-        save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
+        save_checkpoint(run_dir, state["step"], _payload(r, state, sched), cfg.train.keep_checkpoints, r.model)
     progress.update(state["step"], status=status)
     progress.close()
     if logger is not None:
@@ -181,19 +192,16 @@ def _stop_agreed(stop: StopRequest, dist) -> bool:
     return dist.all_sum(torch.tensor([float(stop.requested)])).item() > 0
 
 
-def _payload(r, state: dict) -> dict:
+def _payload(r, state: dict, sched) -> dict:
     return {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict(), "scheduler": r.scheduler.state_dict(),
-            "sampler": r.sampler.state_dict(), "state": dict(state)}
-
-
-def _seed(seed: int, rank: int, step: int) -> int:
-    """Per-(seed, rank, step) sampling seed: resumes are exact without saving RNG state."""
-    return (seed * 1_000_003 + rank * 7_919 + step) % (2**63 - 1)
+            "sampler": sched.sampler_state(state["step"]), "async": sched.state_dict(), "state": dict(state)}
 
 
 def _mean(rows: list[dict]) -> dict:
+    """Per-step stats averaged over the eval interval (``*_max`` keys: their maximum)."""
     keys = {k for row in rows for k in row}
-    return {k: sum(row[k] for row in rows if k in row) / sum(1 for row in rows if k in row) for k in sorted(keys)}
+    return {k: max(row[k] for row in rows if k in row) if k.endswith("_max") else
+            sum(row[k] for row in rows if k in row) / sum(1 for row in rows if k in row) for k in sorted(keys)}
 
 
 def _json(obj) -> str:

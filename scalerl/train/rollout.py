@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
@@ -56,9 +57,21 @@ def decode_completions(tok, gen: Generation) -> list[str]:
     return tok.batch_decode(rows, skip_special_tokens=False)
 
 
-def sample_and_score(problems, index, group: int, *, generator, tok, task, plan_lengths, max_new_tokens: int,
-                     temperature, rng, device) -> Rollout:
-    """Generate ``group`` completions for each problem and grade them."""
+@dataclass
+class Request:
+    """What a generator is asked for: one batch's prompts and sampling settings, plus what
+    scoring its completions needs afterwards (the problems and the length plan's penalty)."""
+
+    problems: list
+    index: list[int]
+    prompts: list[list[int]]
+    params: SamplingParams
+    penalty: Optional[Callable[[torch.Tensor], torch.Tensor]]
+
+
+def make_request(problems, index, group: int, *, tok, plan_lengths, max_new_tokens: int, temperature,
+                 rng) -> Request:
+    """Encode the prompts and draw the batch's length plan from ``rng``."""
     prompts = [encode_prompt(tok, p.prompt) for p in problems]
     plan = plan_lengths(len(prompts) * group, rng)
     params = SamplingParams(
@@ -66,15 +79,28 @@ def sample_and_score(problems, index, group: int, *, generator, tok, task, plan_
         temperature=temperature, n=group, interrupt_at=plan.interrupt_at,
         force_ids=encode_phrase(tok, plan.phrase), answer_budget=plan.answer_budget,
     )
-    gen = generator.generate(prompts, params, rng)
+    return Request(list(problems), list(index), prompts, params, plan.penalty)
+
+
+def score(req: Request, gen: Generation, group: int, *, tok, task, device) -> Rollout:
+    """Grade the completions of ``req`` (wherever they were generated) into a ``Rollout``."""
     texts = decode_completions(tok, gen)
-    correct = torch.tensor([task.reward(t, problems[i // group].answer) for i, t in enumerate(texts)],
-                           dtype=torch.float32).view(len(problems), group)
+    correct = torch.tensor([task.reward(t, req.problems[i // group].answer) for i, t in enumerate(texts)],
+                           dtype=torch.float32).view(len(req.problems), group)
     rewards = correct.clone()
-    if plan.penalty is not None:  # DAPO overlong penalty: correct answers only
-        rewards = rewards + plan.penalty(gen.lengths.cpu().float()).view_as(correct) * (correct > 0)
-    ids, mask = left_pad(prompts, tok.pad_token_id, device)
-    return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()))
+    if req.penalty is not None:  # DAPO overlong penalty: correct answers only
+        rewards = rewards + req.penalty(gen.lengths.cpu().float()).view_as(correct) * (correct > 0)
+    ids, mask = left_pad(req.prompts, tok.pad_token_id, device)
+    return Rollout(req.index, ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()))
+
+
+def sample_and_score(problems, index, group: int, *, generator, tok, task, plan_lengths, max_new_tokens: int,
+                     temperature, rng, device) -> Rollout:
+    """Generate ``group`` completions for each problem and grade them."""
+    req = make_request(problems, index, group, tok=tok, plan_lengths=plan_lengths, max_new_tokens=max_new_tokens,
+                       temperature=temperature, rng=rng)
+    gen = generator.generate(req.prompts, req.params, rng)
+    return score(req, gen, group, tok=tok, task=task, device=device)
 
 
 def encode_phrase(tok, phrase: str) -> list[int]:

@@ -17,6 +17,7 @@ from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
 from scalerl.models.load import compute_dtype, load_checkpoint
 from scalerl.models.policy import Policy
+from scalerl.precision.base import Heads
 from scalerl.registry import Recipe, build_recipe
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
@@ -54,6 +55,12 @@ class Run:
     sampler: PromptSampler
     n_params: int
     params: list
+    checkpoint: Path
+    """The checkpoint the run started from (generators with their own weights load it too)."""
+    heads: Heads
+    compute_dtype: torch.dtype
+    body_dtype: torch.dtype
+    """The trainer's body dtype (the generator's may differ: ``heads.gen_body_dtype``)."""
 
 
 def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
@@ -95,4 +102,4 @@ def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device) -> Run:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
     return Run(task, recipe, tok, model, policy, TorchGenerator(policy, device), optimizer, scheduler, sampler,
-               flop_params(model), params)
+               flop_params(model), params, Path(ckpt), heads, dtype, heads.body_dtype or dtype)

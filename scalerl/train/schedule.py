@@ -1,0 +1,170 @@
+"""Carrying out the run's async plan: which weights generate which step's batch.
+
+The loop asks its schedule for each step's batch (``rollout``), trains on it,
+then hands the new weights over (``publish``). Two schedules carry out every
+``async`` option (arXiv 2510.13786 §3.1):
+
+- ``LocalSchedule`` (``async.generators=0``): the trainer's process generates.
+  ``sync`` generates each batch just before its step, exactly as before the
+  async axis existed; ``ppo_off_policy`` generates the k batches of a phase
+  with one version, then trains on them one per step. Batches generated ahead
+  are saved in checkpoints, so a resume is exact.
+- ``PipelineSchedule`` (``pipeline.py``, ``async.generators >= 1``):
+  generator processes with their own weights stream within the lag bound.
+
+Both report, per step: the staleness of the consumed tokens, the fraction of
+completions spanning several versions, the queue depth, the idle fractions of
+the generator and trainer sides and the weight-push time.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+import torch
+
+from scalerl.asynchrony.base import Plan, version_stats, within_lag
+from scalerl.generation import TorchGenerator
+from scalerl.models.load import load_checkpoint
+from scalerl.models.policy import Policy
+from scalerl.train.rollout import Rollout, rollout
+from scalerl.train.weights import trainer_state_dict
+
+
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """Per-(seed, rank, step) sampling seed: resumes are exact without saving RNG state."""
+    return (seed * 1_000_003 + rank * 7_919 + step) % (2**63 - 1)
+
+
+@dataclass
+class Batch:
+    rollout: Rollout
+    """This rank's share of the step's batch."""
+    prompts: list[int]
+    """The whole step's prompt indices (identical on every rank)."""
+    fresh: torch.Tensor
+    """(P_rank,) bool: groups within the lag bound (a group that is not is dropped, see ``within_lag``)."""
+
+
+class Schedule(Protocol):
+    generator_devices: int
+    """Devices the generators use besides the trainer's (device-hours count them)."""
+
+    def start(self, version: int) -> None: ...
+
+    def rollout(self, step: int) -> Batch: ...
+
+    def publish(self, step: int) -> None:
+        """The trainer now holds version ``step``: hand it to the generators as the plan says."""
+
+    def stats(self, wall: float) -> dict:
+        """This step's async metrics, given its wall time."""
+
+    def sampler_state(self, step: int) -> dict:
+        """The prompt sampler's state to checkpoint at ``step``."""
+
+    def epochs_done(self, step: int) -> float: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def batch_stats(ro: Rollout, fresh: torch.Tensor, trainer_version: int) -> dict:
+    """Staleness, multi-version completions and lag-bound drops of one consumed batch."""
+    return {**version_stats(ro.gen.version, ro.gen.present, trainer_version), "lag_dropped": int((~fresh).sum())}
+
+
+class LocalSchedule:
+    """``async.generators=0``: the trainer's own process generates (sync, ppo_off_policy)."""
+
+    generator_devices = 0
+
+    def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, rank: int, mine: slice,
+                 own_generator: Optional[TorchGenerator] = None):
+        self.plan, self.r, self.cfg, self.rank, self.mine = plan, r, cfg, rank, mine
+        self.own = own_generator
+        self.gen_kw = gen_kw if own_generator is None else {**gen_kw, "generator": own_generator}
+        self.pending: dict[int, tuple[Rollout, list[int], int]] = {}  # step -> (rollout, prompts, sampler.drawn)
+        self.drawn_at: dict[int, int] = {}
+        self.gen_s = self.push_s = 0.0
+        self.last: dict = {}
+
+    def start(self, version: int) -> None:
+        self.r.generator.version = version
+        if self.own is not None:
+            self.own.load_weights(trainer_state_dict(self.r.model).items(), version)
+
+    def rollout(self, step: int) -> Batch:
+        r, cfg = self.r, self.cfg
+        t0 = time.perf_counter()
+        if step not in self.pending:  # a new phase: the current version generates every batch the lag bound allows
+            for b in range(step, min(cfg.train.steps, step + self.plan.max_lag) + 1):
+                rng = torch.Generator().manual_seed(step_seed(cfg.seed, self.rank, b))
+                prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
+                ro = rollout(prompts[self.mine], r.task, group=cfg.batch.generations, keep_fn=r.recipe.keep,
+                             refill_rounds=r.recipe.refill_rounds, sampler=r.sampler, rng=rng, **self.gen_kw)
+                self.pending[b] = (ro, prompts, r.sampler.drawn)
+        ro, prompts, drawn = self.pending.pop(step)
+        self.drawn_at = {step: drawn}
+        self.gen_s = time.perf_counter() - t0
+        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, ro.correct.shape[1], max_lag=self.plan.max_lag)
+        self.last = {**batch_stats(ro, fresh, step - 1), "queue_depth": len(self.pending)}
+        return Batch(ro, prompts, fresh)
+
+    def publish(self, step: int) -> None:
+        self.r.generator.version = step  # the trainer's own module: always the trainer's version
+        t = time.perf_counter()
+        if self.own is not None and self.plan.pushes_after(step):
+            self.own.load_weights(trainer_state_dict(self.r.model).items(), step)
+        self.push_s = time.perf_counter() - t
+
+    def stats(self, wall: float) -> dict:
+        # One device alternates: idle as a generator while it trains, idle as a trainer while it generates.
+        busy_gen = min(self.gen_s / wall, 1.0) if wall > 0 else 0.0
+        return {**self.last, "trainer_idle_frac": busy_gen, "generator_idle_frac": 1.0 - busy_gen,
+                "push_time_s": self.push_s}
+
+    def sampler_state(self, step: int) -> dict:
+        return self.r.sampler.state_dict()  # the batches drawn ahead are saved with it (state_dict)
+
+    def epochs_done(self, step: int) -> float:
+        return self.drawn_at.get(step, self.r.sampler.drawn) / self.r.sampler.n
+
+    def state_dict(self) -> dict:
+        return {"pending": dict(self.pending)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pending = dict(state.get("pending", {}))
+
+    def close(self) -> None:
+        pass
+
+
+def own_generator(r, device: torch.device) -> Optional[TorchGenerator]:
+    """An in-process generator with its own copy of the weights when the precision axis gives the
+    generator a body dtype other than the trainer's; None: it shares the trainer's module."""
+    gen_dtype = r.heads.gen_body_dtype
+    if gen_dtype is None or gen_dtype == r.body_dtype:
+        return None
+    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=device)
+    model.eval()
+    policy = Policy(model, gen_head=r.heads.gen, train_head=r.heads.gen, temperature=r.policy.temperature)
+    return TorchGenerator(policy, device)
+
+
+def build_schedule(cfg, r, *, gen_kw: dict, device: torch.device, threads: int, rank: int, world: int,
+                   mine: slice) -> Schedule:
+    """The schedule for ``r.recipe.plan``. With generator processes, the run's ``threads`` are shared:
+    each generator takes ``async.generator_threads`` (0: an equal share), the trainer the rest."""
+    plan = r.recipe.plan
+    if plan.generators == 0:
+        return LocalSchedule(plan, r, cfg, gen_kw=gen_kw, rank=rank, mine=mine, own_generator=own_generator(r, device))
+    from scalerl.train.pipeline import PipelineSchedule  # a sibling module; kept apart for size
+
+    gen_threads = plan.generator_threads or max(1, threads // (1 + plan.generators))
+    torch.set_num_threads(max(1, threads - plan.generators * gen_threads))
+    return PipelineSchedule(plan, r, cfg, gen_kw=gen_kw, device=device, gen_threads=gen_threads)
