@@ -215,6 +215,18 @@ class Spoke:
         for b in bufs:
             self._weights.broadcast([b], opts).wait(_td(self.timeout_s))
 
+    def close(self) -> None:
+        """Abort the process groups: sends the trainer will never receive (it stopped first) must
+        not hold this process at exit."""
+        for g in (self._rollouts, self._weights):
+            if g is not None:
+                try:
+                    g.abort()
+                except Exception:  # already broken: nothing left to release
+                    pass
+        self._rollouts = self._weights = None
+        self._sends.clear()
+
     def report_error(self, text: str) -> None:
         try:
             self.store.set(f"error/{self.j}", text.encode()[-4000:])

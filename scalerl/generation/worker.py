@@ -215,6 +215,9 @@ def main(argv: list[str]) -> int:
             spoke.report_error(f"{type(e).__name__}: {e}\n{text[-3000:]}")
         print(text, file=sys.stderr, flush=True)
         return 1
+    finally:
+        if spoke is not None:
+            spoke.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""Throughput of PipelineRL against synchronous RL at the same batch and cores.
+
+    python benchmarks/bench_async.py [--steps 60] [--threads 2] [--max-lag 8]
+
+Both arms: the ScaleRL recipe on the embedded task (16 prompts x 16
+generations), the same seed, ``train.threads`` cores in all. ``sync`` runs one
+process with all the threads and alternates generation and training;
+``pipeline_rl`` gives one thread to its generator process and the rest to the
+trainer, and overlaps them. Steady state: the first ``--skip`` steps (start-up,
+allocator warm-up) are dropped, and samples/s is the steps' samples over the
+sum of their wall times (eval and checkpoints excluded on both sides). Runs go
+A-B-A (sync, pipeline_rl, sync) so drift on a noisy machine hits both.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from scalerl.config import compose, validate
+from scalerl.core.jsonio import JsonlFile
+from scalerl.train.loop import train
+
+BASE = ["logger=none", "train.eval_every=100000", "train.ckpt_every=100000", "train.eval_samples=1"]
+
+
+def measure(arm: list[str], steps: int, threads: int, skip: int) -> dict:
+    cfg = validate(compose([*BASE, *arm, f"train.steps={steps}", f"train.threads={threads}"]))
+    with tempfile.TemporaryDirectory() as d:
+        train(cfg, Path(d), run_name="bench", group="bench", config_dict={})
+        rows = JsonlFile(Path(d) / "steps.jsonl").rows()[skip:]
+    wall = sum(r["step_time_s"] for r in rows)
+    mean = lambda k: statistics.fmean(r[k] for r in rows)  # noqa: E731
+    return {"samples_per_s": sum(r["samples_per_s"] * r["step_time_s"] for r in rows) / wall,
+            "step_ms": 1000 * statistics.median(r["step_time_s"] for r in rows),
+            "trainer_idle": mean("trainer_idle_frac"), "generator_idle": mean("generator_idle_frac"),
+            "staleness": mean("staleness_mean"), "push_ms": 1000 * mean("push_time_s")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--skip", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-lag", type=int, default=8)
+    a = ap.parse_args()
+    sync, pipe = ["async=sync"], ["async=pipeline_rl", f"async.max_lag={a.max_lag}"]
+    results = [("sync", measure(sync, a.steps, a.threads, a.skip)),
+               ("pipeline_rl", measure(pipe, a.steps, a.threads, a.skip)),
+               ("sync", measure(sync, a.steps, a.threads, a.skip))]
+    print(f"{'arm':<12} {'samples/s':>10} {'step ms':>8} {'trainer idle':>13} {'generator idle':>15} "
+          f"{'staleness':>10} {'push ms':>8}")
+    for name, m in results:
+        print(f"{name:<12} {m['samples_per_s']:10.0f} {m['step_ms']:8.1f} {m['trainer_idle']:13.2f} "
+              f"{m['generator_idle']:15.2f} {m['staleness']:10.2f} {m['push_ms']:8.2f}")
+    base = statistics.fmean(m["samples_per_s"] for name, m in results if name == "sync")
+    print(f"pipeline_rl / sync samples/s = {results[1][1]['samples_per_s'] / base:.2f}x "
+          f"({a.threads} threads in all, max_lag {a.max_lag}, {a.steps} steps, first {a.skip} dropped)")
+
+
+if __name__ == "__main__":
+    main()
