@@ -342,14 +342,18 @@ def test_a_dead_trainer_stops_its_generators(tiny_cfg, tmp_path):
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER.format(tests=str(REPO / "tests")))
     trainer = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    line = ""
-    while not line.startswith("GENERATOR_PID"):  # the generator shares this stdout
-        line = trainer.stdout.readline()
-        assert line, "the trainer script died"
-    gen_pid = int(line.split()[1])
-    trainer.kill()  # SIGKILL: no chance to say goodbye
-    trainer.wait(timeout=30)
-    wait_for(lambda: not _alive(gen_pid), timeout=60, what="the orphaned generator to exit")
+    try:
+        line = ""
+        while not line.startswith("GENERATOR_PID"):  # the generator shares this stdout
+            line = trainer.stdout.readline()
+            assert line, "the trainer script died"
+        gen_pid = int(line.split()[1])
+    finally:
+        trainer.kill()  # SIGKILL: no chance to say goodbye
+        trainer.wait(timeout=30)
+    t0 = time.monotonic()
+    wait_for(lambda: not _alive(gen_pid), timeout=50, what="the orphaned generator to exit")
+    assert time.monotonic() - t0 < 30  # it noticed the lost trainer, not its own 60 s timeout
 
 
 def _alive(pid: int) -> bool:

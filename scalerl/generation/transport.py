@@ -78,7 +78,8 @@ class Hub:
     def __init__(self, n_generators: int, timeout_s: float, host: str = "127.0.0.1"):
         self.n, self.timeout_s, self.host = n_generators, timeout_s, host
         self.store = dist.TCPStore(host, 0, None, True, _td(timeout_s), wait_for_workers=False)
-        self.seq = 0
+        self.seq = 0  # control messages sent
+        self.forgotten = 0  # control messages every generator has read, deleted from the store
         self.alive: Callable[[int], Optional[str]] = lambda j: None
         """Set by the process owner: a description of generator j's death, or None while it lives."""
         self._rollouts = self._weights = None
@@ -108,11 +109,12 @@ class Hub:
             self._forget_read_messages()
 
     def _forget_read_messages(self) -> None:
+        """Delete the messages every generator has read (a long run would otherwise keep every order)."""
         acks = [self.store.get(f"ack/{j}") if self.store.check([f"ack/{j}"]) else b"0" for j in range(self.n)]
         upto = min(int(a) for a in acks)
-        for k in range(getattr(self, "_forgotten", 0), upto):
+        for k in range(self.forgotten, upto):
             self.store.delete_key(f"ctl/{k}")
-        self._forgotten = max(upto, getattr(self, "_forgotten", 0))
+        self.forgotten = max(upto, self.forgotten)
 
     def wait(self, ready: Callable[[], bool], stage: str) -> float:
         return poll_until(ready, timeout_s=self.timeout_s, stage=stage, health=self.health)

@@ -35,8 +35,7 @@ from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.progress import Progress
 from scalerl.train.rollout import encode_phrase
-from scalerl.train.schedule import build_schedule
-from scalerl.train.setup import build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
+from scalerl.train.setup import build_logger, build_run, build_schedule, pick_device, prepare_checkpoint, resolve_threads
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
 
@@ -58,8 +57,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
     gen_kw = dict(generator=r.generator, tok=r.tok, plan_lengths=r.recipe.plan_lengths,
                   max_new_tokens=cfg.length.max_new_tokens, temperature=cfg.train.temperature, device=device)
-    sched = build_schedule(cfg, r, gen_kw=gen_kw, device=device, threads=threads, rank=dist.rank, world=dist.world,
-                           mine=mine)
+    sched = build_schedule(cfg, r, gen_kw=gen_kw, device=device, threads=threads, rank=dist.rank, mine=mine)
     devices = (cfg.train.gpus or dist.world) + sched.generator_devices  # device-hours = wall x (trainer + generator devices)
     metrics, steps_log = JsonlFile(run_dir / "metrics.jsonl"), JsonlFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
@@ -104,7 +102,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         dist.barrier()
 
     sched.start(state["step"])  # generator processes (if any) start and receive the trainer's weights
-    progress.extra = {"generator_pids": getattr(sched, "pids", [])}
+    progress.extra = {"generator_pids": sched.pids}
     try:
         # -------------------------------------------------------- step-0 eval
         if state["step"] == 0:

@@ -26,8 +26,6 @@ import torch
 
 from scalerl.asynchrony.base import Plan, version_stats, within_lag
 from scalerl.generation import TorchGenerator
-from scalerl.models.load import load_checkpoint
-from scalerl.models.policy import Policy
 from scalerl.train.rollout import Rollout, rollout
 from scalerl.train.weights import trainer_state_dict
 
@@ -50,6 +48,8 @@ class Batch:
 class Schedule(Protocol):
     generator_devices: int
     """Devices the generators use besides the trainer's (device-hours count them)."""
+    pids: list[int]
+    """The generator processes (none in the trainer's process)."""
 
     def start(self, version: int) -> None: ...
 
@@ -82,6 +82,7 @@ class LocalSchedule:
     """``async.generators=0``: the trainer's own process generates (sync, ppo_off_policy)."""
 
     generator_devices = 0
+    pids: list[int] = []
 
     def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, rank: int, mine: slice,
                  own_generator: Optional[TorchGenerator] = None):
@@ -142,29 +143,3 @@ class LocalSchedule:
 
     def close(self) -> None:
         pass
-
-
-def own_generator(r, device: torch.device) -> Optional[TorchGenerator]:
-    """An in-process generator with its own copy of the weights when the precision axis gives the
-    generator a body dtype other than the trainer's; None: it shares the trainer's module."""
-    gen_dtype = r.heads.gen_body_dtype
-    if gen_dtype is None or gen_dtype == r.body_dtype:
-        return None
-    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=device)
-    model.eval()
-    policy = Policy(model, gen_head=r.heads.gen, train_head=r.heads.gen, temperature=r.policy.temperature)
-    return TorchGenerator(policy, device)
-
-
-def build_schedule(cfg, r, *, gen_kw: dict, device: torch.device, threads: int, rank: int, world: int,
-                   mine: slice) -> Schedule:
-    """The schedule for ``r.recipe.plan``. With generator processes, the run's ``threads`` are shared:
-    each generator takes ``async.generator_threads`` (0: an equal share), the trainer the rest."""
-    plan = r.recipe.plan
-    if plan.generators == 0:
-        return LocalSchedule(plan, r, cfg, gen_kw=gen_kw, rank=rank, mine=mine, own_generator=own_generator(r, device))
-    from scalerl.train.pipeline import PipelineSchedule  # a sibling module; kept apart for size
-
-    gen_threads = plan.generator_threads or max(1, threads // (1 + plan.generators))
-    torch.set_num_threads(max(1, threads - plan.generators * gen_threads))
-    return PipelineSchedule(plan, r, cfg, gen_kw=gen_kw, device=device, gen_threads=gen_threads)

@@ -1,11 +1,13 @@
 """Build everything a run needs from its validated config (no training here):
 the task, the starting checkpoint (built, warm-started and cached if needed),
-the recipe of axis functions, the policy, the optimizer and the prompt stream."""
+the recipe of axis functions, the policy, the optimizer, the prompt stream and
+the async schedule (with its generator processes, if any)."""
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -22,7 +24,9 @@ from scalerl.registry import Recipe, build_recipe
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
+from scalerl.train.pipeline import PipelineSchedule
 from scalerl.train.sampler import PromptSampler
+from scalerl.train.schedule import LocalSchedule, Schedule
 from scalerl.train.warmstart import cached_warm_start
 
 
@@ -103,3 +107,27 @@ def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device) -> Run:
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
     return Run(task, recipe, tok, model, policy, TorchGenerator(policy, device), optimizer, scheduler, sampler,
                flop_params(model), params, Path(ckpt), heads, dtype, heads.body_dtype or dtype)
+
+
+def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:
+    """An in-process generator with its own copy of the weights when the precision axis gives the
+    generator a body dtype other than the trainer's; None: it shares the trainer's module."""
+    gen_dtype = r.heads.gen_body_dtype
+    if gen_dtype is None or gen_dtype == r.body_dtype:
+        return None
+    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=device)
+    model.eval()
+    policy = Policy(model, gen_head=r.heads.gen, train_head=r.heads.gen, temperature=r.policy.temperature)
+    return TorchGenerator(policy, device)
+
+
+def build_schedule(cfg, r: Run, *, gen_kw: dict, device: torch.device, threads: int, rank: int,
+                   mine: slice) -> Schedule:
+    """The schedule for ``r.recipe.plan``. With generator processes, the run's ``threads`` are shared:
+    each generator takes ``async.generator_threads`` (0: an equal share), the trainer the rest."""
+    plan = r.recipe.plan
+    if plan.generators == 0:
+        return LocalSchedule(plan, r, cfg, gen_kw=gen_kw, rank=rank, mine=mine, own_generator=own_generator(r, device))
+    gen_threads = plan.generator_threads or max(1, threads // (1 + plan.generators))
+    torch.set_num_threads(max(1, threads - plan.generators * gen_threads))
+    return PipelineSchedule(plan, r, cfg, gen_kw=gen_kw, device=device, gen_threads=gen_threads)
