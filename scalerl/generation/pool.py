@@ -9,6 +9,7 @@ the training loop: orders are token ids and sampling settings, replies are
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ class GeneratorPool:
         self.hub: Hub | None = None
         self.procs: list[subprocess.Popen] = []
         self.probes = 0
+        self.pending = None  # the push in flight: (works, stage)
 
     @property
     def pids(self) -> list[int]:
@@ -48,7 +50,8 @@ class GeneratorPool:
         for j in range(self.n):
             self.hub.put_spec(j, replace(self.spec, rank=j, device=self.devices[j]))
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "scalerl.generation.worker", self.hub.address, str(j), str(self.timeout_s)]))
+                [sys.executable, "-m", "scalerl.generation.worker", self.hub.address, str(j), str(self.timeout_s)],
+                env={"TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ}))  # no C++ stack dumps when the trainer goes
         self.hub.connect()
 
     def _death(self, j: int) -> str | None:
@@ -62,12 +65,22 @@ class GeneratorPool:
         self.hub.send("order", {"job": job, "step": step, "min_version": min_version, "shards": list(shards)})
 
     def push(self, version: int, state: Mapping[str, torch.Tensor]) -> float:
-        """Send the trainer's weights to every generator; returns the seconds it took."""
+        """Send the trainer's weights to every generator. The broadcast goes on while the trainer
+        works (each generator joins at its next decode step); the next push first waits for it,
+        since it reuses the buffers. Returns the seconds the trainer was held up."""
         t = time.perf_counter()
+        self.settle()
         pack(state, self.buckets, self.bufs)
         self.hub.send("push", {"version": version})
-        self.hub.broadcast(self.bufs, f"pushing weights (version {version})")
+        self.pending = (self.hub.start_broadcast(self.bufs), f"pushing weights (version {version})")
         return time.perf_counter() - t
+
+    def settle(self) -> None:
+        """Wait until the last push has reached every generator."""
+        if self.pending is not None:
+            works, stage = self.pending
+            self.pending = None
+            self.hub.finish(works, stage)
 
     def collect(self, job: int, step: int) -> list[tuple[Generation, dict]]:
         """Every generator's shard of ``job`` with its header (its clock, its sampler's state), in rank order."""
@@ -89,6 +102,7 @@ class GeneratorPool:
 
     def probe(self, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
         """Each generator's next-token logits after the rows of ``ids`` (B, T): (B, V) per generator."""
+        self.settle()
         k = self.probes
         self.probes += 1
         self.hub.send("probe", {"id": k, "ids": ids.cpu(), "mask": mask.cpu()})
@@ -97,6 +111,7 @@ class GeneratorPool:
     # ----------------------------------------------------------------- stop
     def close(self, grace_s: float = 30.0) -> None:
         """Ask the generators to stop, wait for them, then kill what is left."""
+        self.pending = None  # the groups are aborted below: nothing to wait for
         if self.hub is not None:
             try:
                 self.hub.send("stop")

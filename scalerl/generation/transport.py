@@ -148,12 +148,17 @@ class Hub:
         self.store.delete_key(key)
         return header, pickle.loads(buf.numpy().tobytes())
 
-    def broadcast(self, bufs: Sequence[torch.Tensor], stage: str) -> None:
+    def start_broadcast(self, bufs: Sequence[torch.Tensor]) -> list:
+        """Start sending ``bufs`` to every generator; returns the pending works (see ``finish``)."""
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.timeout = 0, _td(self.timeout_s)
+        return [self._weights.broadcast([b], opts) for b in bufs]
+
+    def finish(self, works: Sequence, stage: str) -> None:
+        """Wait for started works, failing with the stage's name."""
         try:
-            for b in bufs:
-                self._weights.broadcast([b], opts).wait(_td(self.timeout_s))
+            for w in works:
+                w.wait(_td(self.timeout_s))
         except RuntimeError as e:
             self.health(stage)
             raise TransportError(f"{stage}: {e}") from None
