@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-AXES = ("compute", "device_hours", "tokens")       # x-axes the trainer logs
+AXES = ("compute", "device_hours", "tokens", "wall_s")  # x-axes the trainer logs (wall_s: step wall time)
 REWARD_KEY = "pass_rate"
 WANDB_STATES = {"finished": "done", "running": "running", "failed": "failed",
                 "crashed": "failed", "killed": "failed", "preempted": "preempted"}
@@ -170,7 +170,7 @@ def read_wandb_group(project, group, *, entity=None, api=None, axis="compute", r
     .id, .config, .summary, .state and .scan_history()).  Nothing else here is mocked.
     """
     if api is None:
-        import wandb              # lazy: reading disk must not need wandb
+        import wandb  # lazy: reading disk must not need wandb
         api = wandb.Api()
     path = f"{entity}/{project}" if entity else project
     frames, seen = [], set()

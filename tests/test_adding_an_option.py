@@ -14,6 +14,7 @@ import sys
 
 import pandas as pd
 import pytest
+
 from helpers import REPO
 
 pytestmark = pytest.mark.slow

@@ -305,13 +305,13 @@ def test_a_killed_generator_fails_the_run_naming_the_stage_and_a_relaunch_resume
         if calls["n"] == 3:
             pids = read_rows_progress(tmp_path / "r")["generator_pids"]
             os.kill(pids[0], signal.SIGKILL)
+            calls["killed_at"] = time.monotonic()
         return real(*a, **k)
 
     monkeypatch.setattr(loop, "policy_update", kill_generator_at_step_3)
-    t0 = time.monotonic()
     with pytest.raises(TransportError) as e:
         run(cfg, tmp_path / "r")
-    assert time.monotonic() - t0 < 60  # well within async.timeout_s: a dead process fails fast
+    assert time.monotonic() - calls["killed_at"] < 30  # within async.timeout_s (60): a dead process fails fast
     assert "generator 0" in str(e.value) and "exited with code -9" in str(e.value)
     assert "pushing weights" in str(e.value) or "rollout" in str(e.value)  # the stage it was in
     monkeypatch.setattr(loop, "policy_update", real)
