@@ -1,12 +1,13 @@
 """Throughput of PipelineRL against synchronous RL at the same batch and cores.
 
-    python benchmarks/bench_async.py [--steps 60] [--threads 2] [--max-lag 8]
+    python benchmarks/bench_async.py [--steps 60] [--threads 2] [--max-lag 8] [--split 1+1]
 
 Both arms: the ScaleRL recipe on the embedded task (16 prompts x 16
 generations), the same seed, ``train.threads`` cores in all. ``sync`` runs one
 process with all the threads and alternates generation and training;
-``pipeline_rl`` gives one thread to its generator process and the rest to the
-trainer, and overlaps them. Steady state: the first ``--skip`` steps (start-up,
+``pipeline_rl`` overlaps a trainer and a generator process, with threads split
+``--split T+G`` (default: one for the generator, the rest for the trainer; a
+split adding up to more than ``--threads`` oversubscribes the same cores). Steady state: the first ``--skip`` steps (start-up,
 allocator warm-up) are dropped, and samples/s is the steps' samples over the
 sum of their wall times (eval and checkpoints excluded on both sides). Runs go
 A-B-A (sync, pipeline_rl, sync) so drift on a noisy machine hits both.
@@ -44,10 +45,13 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-lag", type=int, default=8)
+    ap.add_argument("--split", default=None, help="pipeline threads as TRAINER+GENERATOR (default: the rest+1)")
     a = ap.parse_args()
-    sync, pipe = ["async=sync"], ["async=pipeline_rl", f"async.max_lag={a.max_lag}"]
+    trainer, gen = map(int, (a.split or f"{max(1, a.threads - 1)}+1").split("+"))
+    sync = ["async=sync"]
+    pipe = ["async=pipeline_rl", f"async.max_lag={a.max_lag}", f"async.generator_threads={gen}"]
     results = [("sync", measure(sync, a.steps, a.threads, a.skip)),
-               ("pipeline_rl", measure(pipe, a.steps, a.threads, a.skip)),
+               ("pipeline_rl", measure(pipe, a.steps, trainer + gen, a.skip)),
                ("sync", measure(sync, a.steps, a.threads, a.skip))]
     print(f"{'arm':<12} {'samples/s':>10} {'step ms':>8} {'trainer idle':>13} {'generator idle':>15} "
           f"{'staleness':>10} {'push ms':>8}")
@@ -56,7 +60,8 @@ def main() -> None:
               f"{m['generator_idle']:15.2f} {m['staleness']:10.2f} {m['push_ms']:8.2f}")
     base = statistics.fmean(m["samples_per_s"] for name, m in results if name == "sync")
     print(f"pipeline_rl / sync samples/s = {results[1][1]['samples_per_s'] / base:.2f}x "
-          f"({a.threads} threads in all, max_lag {a.max_lag}, {a.steps} steps, first {a.skip} dropped)")
+          f"(sync: {a.threads} threads; pipeline_rl: trainer {trainer} + generator {gen}; max_lag {a.max_lag}, "
+          f"{a.steps} steps, first {a.skip} dropped)")
 
 
 if __name__ == "__main__":

@@ -35,8 +35,12 @@ OVERRIDES = ["logger=none", "loss=cispo", "aggregation=token", "adv_norm=prompt"
              "precision=fp32", "batch.prompts=16", "batch.generations=16", "batch.minibatches=1", "train.eval_every=1000"]
 
 
-def scalerl_step_times(steps: int, threads: int, mode: str = "sync") -> list[float]:
-    cfg = validate(compose([*OVERRIDES, f"async={mode}", f"train.steps={steps}", f"train.threads={threads}"]))
+def scalerl_step_times(steps: int, threads: int, mode: str = "sync", split: str | None = None) -> list[float]:
+    extra = []
+    if mode == "pipeline_rl":  # threads: TRAINER+GENERATOR (default: the rest + 1)
+        trainer, gen = map(int, (split or f"{max(1, threads - 1)}+1").split("+"))
+        extra, threads = [f"async.generator_threads={gen}"], trainer + gen
+    cfg = validate(compose([*OVERRIDES, f"async={mode}", *extra, f"train.steps={steps}", f"train.threads={threads}"]))
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d), run_name="bench", group="bench", config_dict={})
         return [r["step_time_s"] for r in JsonlFile(Path(d) / "steps.jsonl").rows()][1:]
@@ -84,16 +88,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--async", dest="mode", default="sync", choices=["sync", "pipeline_rl"])
+    ap.add_argument("--split", default=None, help="pipeline_rl threads as TRAINER+GENERATOR (default: the rest+1)")
     a = ap.parse_args()
     task, model_path = prepare_checkpoint(validate(compose(OVERRIDES)))  # the warm-started tiny model
     skip = 0 if a.mode == "sync" else 2  # the pipeline's first steps wait for its generator to start streaming
-    ours = scalerl_step_times(a.steps + skip, a.threads, a.mode)[skip:]
+    ours = scalerl_step_times(a.steps + skip, a.threads, a.mode, a.split)[skip:]
     theirs = trl_step_times(a.steps, a.threads, model_path, task)
-    ours += scalerl_step_times(a.steps + skip, a.threads, a.mode)[skip:]
+    ours += scalerl_step_times(a.steps + skip, a.threads, a.mode, a.split)[skip:]
     s, t = statistics.median(ours), statistics.median(theirs)
     print(f"scalerl  median step {s * 1000:8.1f} ms  ({len(ours)} steps: {', '.join(f'{x * 1000:.0f}' for x in ours)})")
     print(f"TRL GRPO median step {t * 1000:8.1f} ms  ({len(theirs)} steps: {', '.join(f'{x * 1000:.0f}' for x in theirs)})")
-    print(f"ratio TRL/scalerl = {t / s:.2f}x  (target >= 3x; threads={a.threads}, async={a.mode}, torch {torch.__version__})")
+    split = f" {a.split}" if a.split and a.mode == "pipeline_rl" else ""
+    print(f"ratio TRL/scalerl = {t / s:.2f}x  (target >= 3x; threads={a.threads}, async={a.mode}{split}, "
+          f"torch {torch.__version__})")
 
 
 if __name__ == "__main__":
