@@ -102,6 +102,7 @@ class LocalSchedule:
     def rollout(self, step: int) -> Batch:
         r, cfg = self.r, self.cfg
         t0 = time.perf_counter()
+        depth = len(self.pending)  # batches ready when this step's is asked for
         if step not in self.pending:  # a new phase: the current version generates every batch the lag bound allows
             for b in range(step, min(cfg.train.steps, step + self.plan.max_lag) + 1):
                 rng = torch.Generator().manual_seed(step_seed(cfg.seed, self.rank, b))
@@ -113,7 +114,7 @@ class LocalSchedule:
         self.drawn_at = {step: drawn}
         self.gen_s = time.perf_counter() - t0
         fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, ro.correct.shape[1], max_lag=self.plan.max_lag)
-        self.last = {**batch_stats(ro, fresh, step - 1), "queue_depth": len(self.pending)}
+        self.last = {**batch_stats(ro, fresh, step - 1), "queue_depth": depth}
         return Batch(ro, prompts, fresh)
 
     def publish(self, step: int) -> None:
