@@ -268,6 +268,9 @@ def test_ppo_off_policy_k1_is_sync_and_k3_trains_three_steps_per_phase(tiny_cfg,
     run(tiny_cfg(*short, "async=ppo_off_policy", "async.k=3"), tmp_path / "k3")
     assert "".join("g" if e == "gen" else "o" for e in events) == "gggooo" * 2  # one version, three steps
     assert [s["staleness_max"] for s in rows(tmp_path / "k3")] == [0, 1, 2, 0, 1, 2]
+    # The same phases with a generator process (weights pushed every third step, between batches).
+    run(tiny_cfg(*short, "async=ppo_off_policy", "async.k=3", "async.generators=1", *FAST), tmp_path / "k3_process")
+    assert rows(tmp_path / "k3_process") == rows(tmp_path / "k3")
 
 
 @pytest.mark.slow
