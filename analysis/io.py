@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-AXES = ("compute", "device_hours", "tokens")       # x-axes the trainer logs
+AXES = ("compute", "device_hours", "tokens", "wall_s")  # x-axes the trainer logs (wall_s: step wall time)
 REWARD_KEY = "pass_rate"
 WANDB_STATES = {"finished": "done", "running": "running", "failed": "failed",
                 "crashed": "failed", "killed": "failed", "preempted": "preempted"}

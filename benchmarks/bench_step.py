@@ -1,6 +1,6 @@
 """One RL step: scalerl vs TRL's GRPOTrainer, same tiny model, batch and task.
 
-    python benchmarks/bench_step.py [--steps 6] [--threads 1]
+    python benchmarks/bench_step.py [--steps 6] [--threads 1] [--async pipeline_rl]
 
 Both sides: the embedded warm-started tiny Llama, 16 prompts x 16 generations,
 at most 8 completion tokens, T=1, CISPO-style loss with token aggregation and
@@ -9,6 +9,12 @@ generation batch, fp32 on CPU, the same torch thread count, in one process.
 A "step" is generation + reward + loss + backward + AdamW. The first step of
 each side is discarded (allocator/warm-up); we report the median of the rest,
 interleaving A-B-A so drift on a noisy machine hits both sides.
+
+``--async pipeline_rl`` runs scalerl's side as PipelineRL (arXiv 2510.13786
+§3.1) on the same cores: one thread generates in its own process while the
+others train, so a step's wall time is the slower of the two, not their sum.
+That trainer learns from data up to ``max_lag`` (8) versions old, where TRL's
+steps are on-policy; the comparison is one of throughput at the same batch.
 """
 from __future__ import annotations
 
@@ -29,8 +35,12 @@ OVERRIDES = ["logger=none", "loss=cispo", "aggregation=token", "adv_norm=prompt"
              "precision=fp32", "batch.prompts=16", "batch.generations=16", "batch.minibatches=1", "train.eval_every=1000"]
 
 
-def scalerl_step_times(steps: int, threads: int) -> list[float]:
-    cfg = validate(compose([*OVERRIDES, f"train.steps={steps}", f"train.threads={threads}"]))
+def scalerl_step_times(steps: int, threads: int, mode: str = "sync", split: str | None = None) -> list[float]:
+    extra = []
+    if mode == "pipeline_rl":  # threads: TRAINER+GENERATOR (default: the rest + 1)
+        trainer, gen = map(int, (split or f"{max(1, threads - 1)}+1").split("+"))
+        extra, threads = [f"async.generator_threads={gen}"], trainer + gen
+    cfg = validate(compose([*OVERRIDES, f"async={mode}", *extra, f"train.steps={steps}", f"train.threads={threads}"]))
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d), run_name="bench", group="bench", config_dict={})
         return [r["step_time_s"] for r in JsonlFile(Path(d) / "steps.jsonl").rows()][1:]
@@ -77,15 +87,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--async", dest="mode", default="sync", choices=["sync", "pipeline_rl"])
+    ap.add_argument("--split", default=None, help="pipeline_rl threads as TRAINER+GENERATOR (default: the rest+1)")
     a = ap.parse_args()
     task, model_path = prepare_checkpoint(validate(compose(OVERRIDES)))  # the warm-started tiny model
-    ours = scalerl_step_times(a.steps, a.threads)
+    skip = 0 if a.mode == "sync" else 2  # the pipeline's first steps wait for its generator to start streaming
+    ours = scalerl_step_times(a.steps + skip, a.threads, a.mode, a.split)[skip:]
     theirs = trl_step_times(a.steps, a.threads, model_path, task)
-    ours += scalerl_step_times(a.steps, a.threads)
+    ours += scalerl_step_times(a.steps + skip, a.threads, a.mode, a.split)[skip:]
     s, t = statistics.median(ours), statistics.median(theirs)
     print(f"scalerl  median step {s * 1000:8.1f} ms  ({len(ours)} steps: {', '.join(f'{x * 1000:.0f}' for x in ours)})")
     print(f"TRL GRPO median step {t * 1000:8.1f} ms  ({len(theirs)} steps: {', '.join(f'{x * 1000:.0f}' for x in theirs)})")
-    print(f"ratio TRL/scalerl = {t / s:.2f}x  (target >= 3x; threads={a.threads}, torch {torch.__version__})")
+    split = f" {a.split}" if a.split and a.mode == "pipeline_rl" else ""
+    print(f"ratio TRL/scalerl = {t / s:.2f}x  (target >= 3x; threads={a.threads}, async={a.mode}{split}, "
+          f"torch {torch.__version__})")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from scalerl.adv_norm import ADV_NORMS
 from scalerl.adv_norm.base import AdvNormFn
 from scalerl.aggregation import AGGREGATIONS
 from scalerl.aggregation.base import AggregateFn
+from scalerl.asynchrony import ASYNC_MODES
+from scalerl.asynchrony.base import Plan
 from scalerl.core.option import Option
 from scalerl.filters import FILTERS
 from scalerl.filters.base import FilterFn
@@ -36,6 +38,7 @@ AXES: dict[str, dict[str, Option]] = {
     "precision": PRECISIONS,
     "filter": FILTERS,
     "length": LENGTHS,
+    "async": ASYNC_MODES,  # a Python keyword: reach the node with ``async_node(cfg)``
 }
 
 
@@ -53,6 +56,13 @@ class Recipe:
     """No-Positive-Resampling threshold (``filter=zero_variance_npr``); None: never retire."""
     refill_rounds: int
     """DAPO dynamic-sampling refill rounds (``filter=dapo_dynamic``); 0: no refill."""
+    plan: Plan
+    """How generation and training interleave (``async``, arXiv 2510.13786 §3.1)."""
+
+
+def async_node(cfg):
+    """The ``async`` node of a config (``cfg.async`` is a syntax error: async is a keyword)."""
+    return getattr(cfg, "async")
 
 
 def bind(node, registry: dict[str, Option]):
@@ -71,4 +81,5 @@ def build_recipe(cfg) -> Recipe:
         heads=bind(cfg.precision, PRECISIONS),
         retire_at=cfg.filter.retire_at,
         refill_rounds=cfg.filter.refill_rounds,
+        plan=bind(async_node(cfg), ASYNC_MODES)(),
     )

@@ -26,11 +26,12 @@ def _session_env(tmp_path_factory):
 
 @pytest.fixture
 def tiny_cfg():
-    """A validated config for short in-process training runs."""
+    """A validated config for short in-process training runs. Synchronous unless the test
+    asks for another ``async`` option: a sync run is bit-reproducible."""
     from scalerl.config import validate
 
     def make(*overrides: str):
-        return validate(compose(["logger=none", "train.threads=1", *overrides]))
+        return validate(compose(["logger=none", "train.threads=1", "async=sync", *overrides]))
 
     return make
 

@@ -94,3 +94,7 @@ class ForkedCli:
             proc.kill()
             raise AssertionError(f"scalerl.sweep {args} did not finish in {timeout} s; log {log}")
         return proc.exitcode
+
+# metrics.jsonl / steps.jsonl fields that depend on the wall clock: left out when runs are compared
+VOLATILE = ("wall_s", "device_hours", "tokens_per_s", "step_time_s", "samples_per_s", "trainer_idle_frac",
+            "generator_idle_frac", "push_time_s", "queue_depth")

@@ -132,7 +132,8 @@ def test_unknown_option_fails_at_compose():
     assert err.key == "loss" and "cispo" in str(err) and "'foo'" in str(err)
 
 
-EXPECTED_ARMS = {"loss": 4, "loo": 8, "recipes": 5, "batch": 5, "length": 3, "precision": 5, "filter": 4, "seeds": 3}
+EXPECTED_ARMS = {"loss": 4, "loo": 9, "recipes": 5, "batch": 5, "length": 3, "precision": 5, "filter": 4, "seeds": 3,
+                 "async": 5}
 
 
 @pytest.mark.parametrize("study", sorted(EXPECTED_ARMS))
@@ -165,7 +166,7 @@ def test_crossed_studies_multiply():
 
 def test_dry_run_of_a_study_validates_every_arm(tmp_path):
     proc = run_cli(["-m", "sweep=loo", "--dry-run"], tmp_path)
-    assert proc.stdout.count("pending") == 8 and "launching" not in proc.stdout
+    assert proc.stdout.count("pending") == 9 and "launching" not in proc.stdout
     assert not any(tmp_path.rglob("metrics.jsonl"))
 
 

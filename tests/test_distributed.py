@@ -25,9 +25,10 @@ from safetensors.torch import load_file
 from scalerl.train.loop import train
 from scalerl.train.update import minibatch_groups
 
-# Small and fast, but the ScaleRL recipe (default filter zero_variance_npr, interruptions).
-TINY = ["logger=none", "train.threads=1", "batch.prompts=8", "batch.generations=8", "batch.minibatches=2",
-        "train.eval_samples=1"]
+# Small and fast, but the ScaleRL recipe (default filter zero_variance_npr, interruptions),
+# synchronous: generator processes serve one trainer rank for now (docs/async.md).
+TINY = ["logger=none", "train.threads=1", "async=sync", "batch.prompts=8", "batch.generations=8",
+        "batch.minibatches=2", "train.eval_samples=1"]
 STEPS = 24
 COMPARED = ("train_reward", "response_length", "effective_batch", "truncation_rate", "interrupt_rate")
 
@@ -201,7 +202,7 @@ def test_two_rank_run_with_the_default_filter_finishes_hundreds_of_steps(tmp_pat
     2 ranks, and the rank with an empty minibatch crashed. A tiny batch (2 prompts per rank)
     makes uneven splits common; evaluation is rare and small to keep this affordable."""
     run_dir = tmp_path / "long"
-    torchrun(["logger=none", "train.threads=1", "batch.prompts=4", "batch.generations=4", "batch.minibatches=2",
+    torchrun(["logger=none", "train.threads=1", "async=sync", "batch.prompts=4", "batch.generations=4", "batch.minibatches=2",
               "train.steps=300", "train.eval_every=150", "train.eval_samples=1", "train.ckpt_every=1000",
               "train.export_policy=false", "length=truncate"], run_dir)
     steps = read_rows(run_dir / "steps.jsonl")
@@ -209,6 +210,19 @@ def test_two_rank_run_with_the_default_filter_finishes_hundreds_of_steps(tmp_pat
     uneven = sum(r["idle_minibatches"] > 0 for r in steps)
     assert uneven >= 30, uneven  # measured: about a third of the steps
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "done"
+
+
+def test_ppo_off_policy_on_two_ranks_checkpoints_at_phase_boundaries(tmp_path):
+    """Batches generated ahead do not fit a sharded checkpoint's JSON state: a 2-rank
+    ppo_off_policy run skips the checkpoints that fall inside a phase (step 3 of k=2 phases)
+    and still finishes, with every eval row."""
+    run_dir = tmp_path / "ppo"
+    torchrun(["logger=none", "train.threads=1", "async=ppo_off_policy", "async.k=2", "batch.prompts=4",
+              "batch.generations=4", "batch.minibatches=2", "train.steps=6", "train.eval_every=3",
+              "train.eval_samples=1", "train.ckpt_every=1000", "train.export_policy=false"], run_dir)
+    assert [r["step"] for r in read_rows(run_dir / "metrics.jsonl")] == [0, 3, 6]
+    kept = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
+    assert kept == ["step_00000000", "step_00000006"]
 
 
 def test_a_sweep_under_torchrun_is_refused_with_a_clear_error(tmp_path):

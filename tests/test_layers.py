@@ -15,7 +15,7 @@ from helpers import REPO
 # packages that share a layer are independent of each other.
 LAYERS = [
     ["core"],
-    ["losses", "aggregation", "adv_norm", "filters", "length", "precision"],  # the design axes
+    ["losses", "aggregation", "adv_norm", "filters", "length", "precision", "asynchrony"],  # the design axes
     ["registry"],  # AXES and the recipe built from them
     ["models", "tasks", "loggers"],
     ["generation"],
@@ -142,7 +142,7 @@ def test_composing_and_validating_loads_neither_torch_nor_transformers():
 
 def test_only_building_a_run_looks_up_a_registry():
     # The loop, the rollout and the update call the run's Recipe; registries are read once, in setup.py.
-    registries = {"LOSSES", "AGGREGATIONS", "ADV_NORMS", "FILTERS", "LENGTHS", "PRECISIONS", "MODELS", "TASKS",
+    registries = {"LOSSES", "AGGREGATIONS", "ADV_NORMS", "FILTERS", "LENGTHS", "PRECISIONS", "ASYNC_MODES", "MODELS", "TASKS",
                   "LOGGERS", "AXES", "OPTION_GROUPS"}
     for path in (REPO / "scalerl" / "train").glob("*.py"):
         used = {t.rsplit(".", 1)[-1] for t, _, _ in imports(path)} & registries

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, read_rows
+from helpers import REPO, VOLATILE, read_rows
 
 from scalerl.core.jsonio import JsonlFile
 from scalerl.train import loop
 from scalerl.train.loop import train
-
-VOLATILE = ("wall_s", "device_hours", "tokens_per_s", "step_time_s")
 
 
 def run(cfg, run_dir: Path) -> dict:

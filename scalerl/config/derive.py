@@ -37,6 +37,13 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (cfg.filter.refill_rounds and world_size > 1), "filter",
           f"{cfg.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
           "use filter=zero_variance or one rank")
+    generators = getattr(cfg, "async").generators  # `async` is a keyword: no attribute syntax
+    check(not (generators and world_size > 1), "async.generators",
+          f"generator processes serve one trainer rank for now, not {world_size}; use async=sync or "
+          "async=ppo_off_policy (generators=0) with several ranks")
+    check(not (getattr(getattr(cfg, "async"), "swap_at", -1) >= 0 and cfg.filter.refill_rounds), "async.swap_at",
+          f"a forced in-flight swap waits inside the next batch, so {cfg.filter.name}'s refills would wait forever; "
+          "use async.swap_at=-1 or another filter")
     per_rank = b.prompts // world_size  # minibatches are global (train/update.py): no per-rank divisibility
     # File-based tasks (math, code, mix) know their pool size only once the data is read:
     # 0 here means "unknown"; metrics.jsonl's `epoch` comes from the real pool.

@@ -8,7 +8,8 @@ validates its node.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, make_dataclass
+import keyword
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
@@ -105,9 +106,18 @@ class RunSettings:
     """Root of run and sweep directories (see hydra.run.dir / hydra.sweep.dir)."""
 
 
-Config = make_dataclass(
-    "Config", [(group, Any, field(default=MISSING)) for group in OPTION_GROUPS], bases=(RunSettings,))
-Config.__doc__ = "A run: ``RunSettings`` plus one node per option group (``groups.OPTION_GROUPS``)."
-# Importable by name, so pickling (the local launcher's arms) refers to this class instead of
-# copying it by value: a copy's fields no longer pass dataclasses.fields()' identity check.
-Config.__module__ = __name__
+def _group_field(group: str):
+    # A group named by a Python keyword (``async``) cannot be an __init__ argument or appear in
+    # generated code: it becomes an init=False field without a default, which OmegaConf sets after
+    # construction. Read it with getattr (``scalerl.registry.async_node``).
+    if keyword.iskeyword(group):
+        return field(init=False, repr=False, compare=False)
+    return field(default=MISSING)
+
+
+Config = dataclass(type("Config", (RunSettings,), {
+    "__annotations__": {group: Any for group in OPTION_GROUPS},
+    **{group: _group_field(group) for group in OPTION_GROUPS},
+    "__module__": __name__,
+    "__doc__": "A run: ``RunSettings`` plus one node per option group (``groups.OPTION_GROUPS``).",
+}))

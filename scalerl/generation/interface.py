@@ -1,8 +1,9 @@
 """Data types of the generation interface (see package docstring)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 import torch
 
@@ -60,8 +61,32 @@ class Generation:
 
 class Generator(Protocol):
     version: int
+    """The policy version (trainer optimizer steps) of the weights generating now."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> Generation:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                 between_steps: Optional[Callable[[int], None]] = None) -> Generation:
         """``len(prompts) * params.n`` completions, grouped by prompt; a pure function of
-        the prompts, ``params`` (seeds included) and the weights."""
+        the prompts, ``params`` (seeds included) and the weights. ``between_steps(t)`` runs
+        before the forward pass of decode step t (t=0: before the prefill); it may call
+        ``load_weights`` (an in-flight update: sequences and KV cache are kept)."""
         ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Replace the weights by the trainer's named tensors (cast to the generator's own dtype)
+        and set ``version``. A vLLM engine implements this with its model's ``load_weights``."""
+        ...
+
+
+def cat_generations(parts: Sequence[Generation], pad_id: int) -> Generation:
+    """Stack the rows of several generations (e.g. the shards of several generator
+    processes), right-padding each to the widest: pad tokens, 0 log-probs, masks False."""
+    if len(parts) == 1:
+        return parts[0]
+    width = max(p.tokens.shape[1] for p in parts)
+
+    def pad(t: torch.Tensor, value) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) if t.dim() == 2 else t
+
+    fill = {"tokens": pad_id, "logprobs": 0.0, "sampled": False, "present": False, "version": 0}
+    return Generation(**{f.name: torch.cat([pad(getattr(p, f.name), fill.get(f.name)) for p in parts])
+                         for f in dataclasses.fields(Generation)})

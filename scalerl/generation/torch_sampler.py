@@ -10,10 +10,16 @@ rows that reach their sampled interruption point while still thinking (a row
 that wrote ``</think>`` itself is answering and is left alone); forced tokens
 are fed through the model like any other but are excluded from the loss.
 Tokens are drawn by inverse CDF from counter-based uniforms (``noise.py``).
+
+In-flight weight updates (PipelineRL, arXiv 2510.13786 §3.1): ``between_steps(t)``
+is called before the forward pass that produces token t's logits (t=0: before
+the prefill); it may call ``load_weights``, and the tokens from then on record
+the new version while the sequences and their KV cache (computed by the older
+weights) are kept.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -36,15 +42,29 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[tor
 
 
 class TorchGenerator:
-    """Samples from ``policy`` in-process; ``version`` is bumped by the trainer."""
+    """Samples from ``policy``. Sharing the trainer's module, ``version`` is set by the trainer;
+    owning a copy of the weights, the trainer pushes them with ``load_weights``."""
 
     def __init__(self, policy: Policy, device: torch.device):
         self.policy = policy
         self.device = device
         self.version = 0
+        self._state: Optional[dict[str, torch.Tensor]] = None
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> Generation:
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy the trainer's tensors into this generator's weights (cast to its own dtype)."""
+        if self._state is None:
+            self._state = self.policy.model.state_dict()  # views of the parameters, by name
+        for name, t in named_tensors:
+            if name not in self._state:
+                raise KeyError(f"weight push: the generator's model has no tensor {name!r}")
+            self._state[name].copy_(t)
+        self.version = version
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                 between_steps: Optional[Callable[[int], None]] = None) -> Generation:
         pol, dev = self.policy, self.device
         n = len(prompts) * params.n
         ids, mask = left_pad(prompts, params.pad_token_id, dev)
@@ -76,7 +96,10 @@ class TorchGenerator:
         stopped = torch.zeros(n, dtype=torch.bool, device=dev)
         interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
+        versions = torch.zeros((n, max_len), dtype=torch.long, device=dev)
 
+        if between_steps is not None:
+            between_steps(0)
         cache = DynamicCache()
         h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)  # (P, W, H)
         if params.n > 1:  # share each prompt's prefill across its n samples
@@ -106,6 +129,7 @@ class TorchGenerator:
             logps[rows, t] = logp.gather(-1, tok[:, None]).squeeze(-1)
             sampled[rows, t] = ~forcing
             present[rows, t] = True
+            versions[rows, t] = self.version  # the weights that ran this token's forward pass and head
             stop_now = ~forcing & (tok == params.eos_token_id)
             stopped[rows] |= stop_now
             fpos = torch.where(forcing, fpos + 1, fpos)
@@ -119,6 +143,8 @@ class TorchGenerator:
                 rows, tok, mask, pos = rows[keep], tok[keep], mask[keep], pos[keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             pos = pos + 1
+            if between_steps is not None:
+                between_steps(t + 1)
             h, cache = pol.hidden(tok[:, None], mask, pos, cache=cache)
         width = int(present.sum(-1).max()) if n else 0
         return Generation(
@@ -128,5 +154,5 @@ class TorchGenerator:
             present=present[:, :width],
             truncated=~stopped,
             interrupted=interrupted,
-            version=torch.full((n, width), self.version, dtype=torch.long, device=dev),
+            version=versions[:, :width],
         )

@@ -2,7 +2,10 @@
 
 Each arm gets a fresh spawned process with ``threads_per_arm`` torch threads
 (on a 2-core CPU, two 1-thread processes match one 2-thread process, and a
-fixed thread count keeps each arm reproducible; docs/embedded.md). Its output goes to
+fixed thread count keeps each arm reproducible; docs/embedded.md). An arm with
+generator processes (``async.generators``, e.g. pipeline_rl) shares its
+threads among them and needs at least one per process, so it counts as
+``max(threads_per_arm, 1 + generators)`` threads when arms are packed onto cores. Its output goes to
 ``<run_dir>/train.log``; the parent shows one live table for all arms.
 Ctrl-C reaches every arm, which checkpoints and stops; relaunch to resume.
 
@@ -89,6 +92,11 @@ def auto_parallel(n_arms: int, threads_per_arm: int) -> int:
     return n_arms if n_arms <= slots * 3 // 2 else slots
 
 
+def arm_threads(cfg, threads_per_arm: int) -> int:
+    """Threads one arm runs on: its trainer plus its generator processes, at least one each."""
+    return max(threads_per_arm, 1 + int(cfg["async"].generators))
+
+
 def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobReturn]:
     setup_globals()
     loader = launcher.hydra_context.config_loader
@@ -101,17 +109,18 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
         jobs.append((list(overrides), cfg))
         run_dir = sweep_run_dir(cfg)
         write_launch_record(run_dir, "local", overrides, log=str(run_dir / "train.log"))
-    workers = launcher.n_parallel or auto_parallel(len(jobs), launcher.threads_per_arm)
+    threads = [arm_threads(cfg, launcher.threads_per_arm) for _, cfg in jobs]
+    workers = launcher.n_parallel or auto_parallel(len(jobs), max(threads))
     workers = max(1, min(workers, len(jobs)))
-    print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {launcher.threads_per_arm} thread(s) each; "
-          f"logs in <run dir>/train.log", flush=True)
+    print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {'/'.join(map(str, sorted(set(threads))))} "
+          f"thread(s) each; logs in <run dir>/train.log", flush=True)
     failpoint("sweep.launched")  # crash tests: launch records written, no arm started
     state = Singleton.get_state()
     ctx = mp.get_context("spawn")
     results: list[JobReturn | None] = [None] * len(jobs)
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1) as pool:
         futures = {pool.submit(_child, cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state,
-                                                          launcher.threads_per_arm, os.getpid()))): k
+                                                          threads[k], os.getpid()))): k
                    for k, (_, cfg) in enumerate(jobs)}
         try:
             _watch(futures, [sweep_run_dir(cfg) for _, cfg in jobs])

@@ -18,8 +18,9 @@ from scalerl.core.liveness import process_alive
 
 # Keys that do not change what a run computes: bookkeeping, logging, hardware.
 HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "out_root", "cache_dir", "recipe", *BOOKKEEPING_GROUPS)
-HASH_EXCLUDE_TRAIN = ("threads", "device", "gpus")
-TAG_SKIP = re.compile(r"^(hydra[./]|study=|sweep=|logger|out_root=|cache_dir=|train\.(threads|device|gpus)=)")
+HASH_EXCLUDE_NESTED = {"train": ("threads", "device", "gpus"), "async": ("timeout_s", "generator_threads")}
+TAG_SKIP = re.compile(r"^(hydra[./]|study=|sweep=|logger|out_root=|cache_dir=|train\.(threads|device|gpus)=|"
+                      r"async\.(timeout_s|generator_threads)=)")
 HEARTBEAT_S = 300  # a run on another host whose progress.json is older than this is treated as dead
 LIVE_STATUSES = ("starting", "running")
 
@@ -27,8 +28,9 @@ LIVE_STATUSES = ("starting", "running")
 def hashable(cfg: DictConfig, *, with_seed: bool = True) -> dict:
     keys = [k for k in cfg.keys() if k not in HASH_EXCLUDE_TOP and (with_seed or k != "seed")]
     plain = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
-    for k in HASH_EXCLUDE_TRAIN:
-        plain.get("train", {}).pop(k, None)
+    for group, keys in HASH_EXCLUDE_NESTED.items():
+        for k in keys:
+            (plain.get(group) or {}).pop(k, None)
     return plain
 
 

@@ -1,9 +1,10 @@
 """Numerical precision of the LM head (config group ``precision``), arXiv 2510.13786 §3.2.
 
-``fn(compute_dtype, *, cfg) -> Heads(gen_dtype, train_dtype, body_dtype)`` (the ``HeadsFn``
-contract in ``base.py``): which dtype the logits are computed in on the
-generator side and on the trainer side, and which dtype the model body runs
-in. The generator-vs-trainer log-prob mismatch is logged every step so this
+``fn(compute_dtype, *, cfg) -> Heads(gen_dtype, train_dtype, body_dtype, gen_body_dtype)``
+(the ``HeadsFn`` contract in ``base.py``): which dtype the logits are computed
+in on the generator side and on the trainer side, which dtype the trainer's
+body runs in, and which dtype the generator's own copy of the weights is held
+in (``generator_body``). The generator-vs-trainer log-prob mismatch is logged every step so this
 axis's effect is visible.
 """
 from scalerl.core.option import Option

@@ -11,6 +11,7 @@ from scalerl.core.lazy import torch
 if TYPE_CHECKING:
     from torch import Tensor, dtype
 
+BODY_DTYPES = ("auto", "float32", "bfloat16", "float16")
 HeadFn = Callable[["Tensor", "Tensor"], "Tensor"]
 """(hidden (..., H), head weight (V, H)) -> logits (..., V)."""
 
@@ -31,6 +32,10 @@ class Heads:
     """Trainer-side head dtype; under FSDP2 the head's weight is also gathered in it."""
     body_dtype: Optional[dtype]
     """None: the run's compute dtype (bf16 on GPU, fp32 on CPU)."""
+    gen_body_dtype: Optional[dtype] = None
+    """The dtype of the generator's own copy of the weights (None: the trainer's body dtype).
+    A different one gives the generator its own copy even in the trainer's process, so the
+    generator-trainer mismatch is a real one (arXiv 2510.13786 §3.2)."""
 
     @property
     def gen(self) -> HeadFn:
@@ -45,6 +50,11 @@ class HeadsFn(Protocol):
     """The run's compute dtype -> the head functions of both sides and the body dtype."""
 
     def __call__(self, compute_dtype: dtype) -> Heads: ...
+
+
+def body_dtype(name: str) -> Optional[dtype]:
+    """A ``generator_body`` setting as a torch dtype; ``auto``: None (follow the trainer)."""
+    return None if name == "auto" else getattr(torch, name)
 
 
 def linear_head(dtype: Optional[dtype]) -> HeadFn:

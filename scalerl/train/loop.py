@@ -1,12 +1,15 @@
 """The RL training loop: one function, read top to bottom.
 
-Per step (synchronous; PipelineRL asynchrony is a separate axis to come):
-  rollout    sample G completions for each of the step's prompts, recording
-             per-token behaviour log-probs, and score them with the task reward
+Per step:
+  rollout    the step's batch from the run's schedule (``async`` axis): G scored
+             completions per prompt with per-token behaviour log-probs and policy
+             versions, generated just now (sync), earlier in the phase
+             (ppo_off_policy) or streamed by generator processes (pipeline_rl)
   filter     keep mask over prompt groups (``recipe.keep``), NPR bookkeeping
   advantages group-centred, scaled by ``recipe.advantages``
   update     per-token loss (``recipe.loss``), reduced by ``recipe.aggregate``,
              an AdamW step per minibatch
+  publish    hand the new weights to the generators as the plan says
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
   eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
@@ -16,7 +19,6 @@ and train through the FSDP2-sharded trainer (``sharding.py``); sampling is
 keyed by prompt, not rank, so N ranks reproduce the 1-rank run.
 
 Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
-- no asynchrony yet (PipelineRL-8 is the ScaleRL choice);
 - eval every ``eval_every`` steps instead of every 100 (tiny runs are short);
 - rewards default to {0, 1} (``task.correct_reward``/``task.wrong_reward``), not ±1.
   Group-centred advantages cancel the offset, and batch or prompt std
@@ -43,8 +45,16 @@ from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.export import export_policy
 from scalerl.train.heldout import pin_heldout
 from scalerl.train.progress import Progress
-from scalerl.train.rollout import encode_phrase, rollout
-from scalerl.train.setup import body_dtype, build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
+from scalerl.train.rollout import encode_phrase
+from scalerl.train.setup import (
+    body_dtype,
+    build_logger,
+    build_run,
+    build_schedule,
+    pick_device,
+    prepare_checkpoint,
+    resolve_threads,
+)
 from scalerl.train.sharded_checkpoint import prune, resume, save_sharded
 from scalerl.train.sharding import needs_sharding
 from scalerl.train.signals import StopRequest
@@ -71,11 +81,12 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     r = build_run(cfg, task, ckpt_path, dist)
     pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
-    G, per_rank = cfg.batch.generations, derived.prompts_per_rank
+    per_rank = derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
-    devices = cfg.train.gpus or dist.world  # device-hours = wall x devices
     gen_kw = dict(generator=r.generator, tok=r.tok, max_new_tokens=cfg.length.max_new_tokens,
                   temperature=cfg.train.temperature, device=dist.device)
+    sched = build_schedule(cfg, r, gen_kw=gen_kw, device=dist.device, threads=threads, rank=dist.rank, mine=mine)
+    devices = (cfg.train.gpus or dist.world) + sched.generator_devices  # device-hours = wall x (trainer + generators)
     metrics, steps_log = JsonlFile(run_dir / "metrics.jsonl"), JsonlFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
              "nan_skips": 0, "nan_streak": 0, "truncation_alarms": 0, "wandb_id": None,
@@ -83,7 +94,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     # ----------------------------------------------------------------- resume
     saved = resume(run_dir, r, log=say)  # either kind of checkpoint, from any number of ranks
     if saved is not None:
-        state.update(saved)
+        sched.load_state_dict(saved.get("async", {}))
+        state.update(saved["state"])
         say(f"[scalerl] resuming {run_name} from step {state['step']}")
     r.sync_generator()
     if dist.main:  # rows written after the checkpoint will be re-done, exactly
@@ -92,9 +104,10 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     logger = build_logger(cfg) if dist.main else None
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
-        (run_dir / "derived.json").write_text(_json(derived.to_dict() | {"n_params": r.n_params, "threads": threads}))
+        (run_dir / "derived.json").write_text(_json(derived.to_dict() | {
+            "n_params": r.n_params, "threads": threads, "trainer_threads": torch.get_num_threads(),
+            "generator_devices": sched.generator_devices}))
     progress = Progress(run_dir, run_name, cfg.train.steps, state["step"], enabled=dist.main)
-    r.generator.version = state["step"]
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
 
     def evaluate_and_checkpoint() -> None:
@@ -105,69 +118,75 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         r.model.train()
         failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
-               "tokens": state["tokens"], "epoch": r.sampler.epochs_done, **ev, **_mean(window),
+               "tokens": state["tokens"], "epoch": sched.epochs_done(state["step"]), **ev, **_mean(window),
                "retired": len(r.sampler.retired), "nan_skips": state["nan_skips"], "wall_s": state["wall_s"]}
         window.clear()
         if dist.main:
             metrics.append(row)
             logger.log({f"eval/{k}" if k in ev else k: v for k, v in row.items()}, state["step"])
-        _save(run_dir, r, state, cfg, dist)
+        _save(run_dir, r, state, cfg, dist, sched)
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
 
-    # ------------------------------------------------------------ step-0 eval
-    if saved is None:  # a step-0 checkpoint is only ever written after the step-0 row: never evaluate twice
-        evaluate_and_checkpoint()  # R0 of the fit: the policy before any RL
-    stopping = _stop_agreed(stop, dist)
-    while state["step"] < cfg.train.steps and not stopping:
-        t0 = time.perf_counter()
-        step = state["step"] + 1
-        # -------------------------------------------------------------- rollout
-        step_prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
-        ro = rollout(step_prompts, mine, r.task, group=G, seed=cfg.seed, step=step, plan_lengths=r.recipe.plan_lengths,
-                     keep_fn=r.recipe.keep, refill_rounds=r.recipe.refill_rounds, sampler=r.sampler, **gen_kw)
-        rewards, correct = dist.all_cat(torch.stack([ro.rewards, ro.correct], 1)).unbind(1)  # (P, G) whole batch
-        # ------------------------------------------------ filter + advantages
-        keep = r.recipe.keep(rewards)  # (P,)
-        adv = r.recipe.advantages(rewards, keep)  # (P, G)
-        prompt_index = ro.prompt_index if dist.world == 1 else step_prompts
-        r.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
-        # --------------------------------------------------------------- update
-        upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe, minibatches=cfg.batch.minibatches,
-                            grad_clip=cfg.train.grad_clip, temperature=cfg.train.temperature, mine=mine, dist=dist)
-        r.scheduler.step()
-        r.sync_generator()
-        r.generator.version = step
-        # -------------------------------------------------------------- account
-        counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
-                                            float(ro.gen.present.sum()), float(ro.gen.truncated.sum()),
-                                            float(ro.gen.interrupted.sum()), float(ro.gen.truncated.numel()),
-                                            float(stop.requested)]))
-        gen_tok, train_tok, new_tok, n_trunc, n_interrupt, n_samples, n_stop = counts.tolist()
-        stopping = n_stop > 0  # all ranks stop at the same step if any of them was signalled
-        wall = time.perf_counter() - t0
-        step_flops = gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok)
-        state.update(step=step, compute=state["compute"] + step_flops, tokens=state["tokens"] + int(new_tok),
-                     wall_s=state["wall_s"] + wall, device_hours=state["device_hours"] + wall * devices / 3600)
-        stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,
-                 "truncation_rate": n_trunc / n_samples, "interrupt_rate": n_interrupt / n_samples,
-                 "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall,
-                 "lr": r.scheduler.get_last_lr()[0], **{k: v for k, v in upd.items() if k != "train_tokens"}}
-        _alarms(stats, state, cfg, say, dist)
-        window.append(stats)
-        if dist.main:
-            steps_log.append({"step": step, "compute": state["compute"], **stats})
-            logger.log({f"train/{k}": v for k, v in stats.items()}, step)
-        # -------------------------------------------------- eval + checkpoint
-        if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
-            evaluate_and_checkpoint()
-        elif step % cfg.train.ckpt_every == 0:
-            _save(run_dir, r, state, cfg, dist)
-        progress.update(step)
+    sched.start(state["step"])  # generator processes (if any) start and receive the trainer's weights
+    progress.extra = {"generator_pids": sched.pids}
+    try:
+        # -------------------------------------------------------- step-0 eval
+        if saved is None:  # a step-0 checkpoint is only ever written after the step-0 row: never evaluate twice
+            evaluate_and_checkpoint()  # R0 of the fit: the policy before any RL
+        stopping = _stop_agreed(stop, dist)
+        while state["step"] < cfg.train.steps and not stopping:
+            t0 = time.perf_counter()
+            step = state["step"] + 1
+            # ---------------------------------------------------------- rollout
+            batch = sched.rollout(step)  # this rank's share of the step's batch
+            ro = batch.rollout
+            rewards, correct = dist.all_cat(torch.stack([ro.rewards, ro.correct], 1)).unbind(1)  # (P, G) whole batch
+            # -------------------------------------------- filter + advantages
+            keep = r.recipe.keep(rewards) & dist.all_cat(batch.fresh)  # (P,); fresh: within the lag bound
+            adv = r.recipe.advantages(rewards, keep)  # (P, G)
+            prompt_index = ro.prompt_index if dist.world == 1 else batch.prompts
+            r.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
+            # ----------------------------------------------------------- update
+            upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe,
+                                minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip,
+                                temperature=cfg.train.temperature, mine=mine, dist=dist)
+            r.scheduler.step()
+            r.sync_generator()  # the in-process generator samples from the new weights (a push when sharded)
+            sched.publish(step)  # the generators get version `step` (now, or at the next phase)
+            # ---------------------------------------------------------- account
+            counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
+                                                float(ro.gen.present.sum()), float(ro.gen.truncated.sum()),
+                                                float(ro.gen.interrupted.sum()), float(ro.gen.truncated.numel()),
+                                                float(stop.requested)]))
+            gen_tok, train_tok, new_tok, n_trunc, n_interrupt, n_samples, n_stop = counts.tolist()
+            stopping = n_stop > 0  # all ranks stop at the same step if any of them was signalled
+            wall = time.perf_counter() - t0
+            step_flops = gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok)
+            state.update(step=step, compute=state["compute"] + step_flops, tokens=state["tokens"] + int(new_tok),
+                         wall_s=state["wall_s"] + wall, device_hours=state["device_hours"] + wall * devices / 3600)
+            stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,
+                     "truncation_rate": n_trunc / n_samples, "interrupt_rate": n_interrupt / n_samples,
+                     "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall,
+                     "samples_per_s": n_samples / wall, "lr": r.scheduler.get_last_lr()[0],
+                     **{k: v for k, v in upd.items() if k != "train_tokens"}, **sched.stats(wall)}
+            _alarms(stats, state, cfg, say, dist)
+            window.append(stats)
+            if dist.main:
+                steps_log.append({"step": step, "compute": state["compute"], **stats})
+                logger.log({f"train/{k}": v for k, v in stats.items()}, step)
+            # ---------------------------------------------- eval + checkpoint
+            if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
+                evaluate_and_checkpoint()
+            elif step % cfg.train.ckpt_every == 0:
+                _save(run_dir, r, state, cfg, dist, sched)
+            progress.update(step)
+    finally:
+        sched.close()  # generator processes stop (their in-flight batches are regenerated on resume)
     # ----------------------------------------------------------------- finish
     status = "done" if state["step"] >= cfg.train.steps else ("preempted" if stop.preempted else "interrupted")
     if status != "done":  # stopped by a signal: save exactly where we are
-        _save(run_dir, r, state, cfg, dist)
+        _save(run_dir, r, state, cfg, dist, sched)
     elif cfg.train.export_policy:  # the final policy as an ordinary HF checkpoint directory
         export_policy(run_dir, r, dist)
     progress.update(state["step"], status=status)
@@ -205,20 +224,28 @@ def _stop_agreed(stop: StopRequest, dist) -> bool:
     return dist.all_sum(torch.tensor([float(stop.requested)])).item() > 0
 
 
-def _save(run_dir: Path, r, state: dict, cfg, dist) -> None:
+def _save(run_dir: Path, r, state: dict, cfg, dist, sched) -> None:
     """Checkpoint: sharded (DCP, every rank) or one .pt file (rank 0)."""
-    extra = {"scheduler": r.scheduler.state_dict(), "sampler": r.sampler.state_dict(), "state": dict(state)}
+    extra = {"scheduler": r.scheduler.state_dict(), "sampler": sched.sampler_state(state["step"]), "state": dict(state)}
     if r.sharded:
+        if sched.state_dict().get("pending"):
+            # Batches generated ahead (ppo_off_policy) are tensors, which a sharded checkpoint's
+            # JSON extra state cannot hold: such a run checkpoints at its phase boundaries only,
+            # and a resume redoes the steps since the last one, exactly (docs/async.md).
+            return
         save_sharded(run_dir, state["step"], r.model, r.optimizer, extra, cfg.train.keep_checkpoints, dist)
     elif dist.main:
-        payload = {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict(), **extra}
+        payload = {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict(), **extra,
+                   "async": sched.state_dict()}
         save_checkpoint(run_dir, state["step"], payload, cfg.train.keep_checkpoints, r.model)
         prune(run_dir, cfg.train.keep_checkpoints)  # sharded ones from an earlier N-rank phase
 
 
 def _mean(rows: list[dict]) -> dict:
+    """Per-step stats averaged over the eval interval (``*_max`` keys: their maximum)."""
     keys = {k for row in rows for k in row}
-    return {k: sum(row[k] for row in rows if k in row) / sum(1 for row in rows if k in row) for k in sorted(keys)}
+    return {k: max(row[k] for row in rows if k in row) if k.endswith("_max") else
+            sum(row[k] for row in rows if k in row) / sum(1 for row in rows if k in row) for k in sorted(keys)}
 
 
 def _json(obj) -> str:

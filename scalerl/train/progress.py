@@ -26,6 +26,8 @@ class Progress:
         self.t0 = time.time()
         self.who = identity()  # pid, host and start time: how the launcher tells a live run from a dead one
         self.pass_rate = None
+        self.extra: dict = {}
+        """Written into every progress.json (e.g. the run's generator process ids)."""
         self.bar = None
         if enabled and sys.stdout.isatty() and not os.environ.get("SCALERL_NO_BAR"):
             self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -54,7 +56,7 @@ class Progress:
         write_json_atomic(self.path, {
             "status": status, "step": step, "total": self.total, "pass_rate": self.pass_rate,
             "eta_s": self.eta_s(step), "updated_at": time.time(), **self.who,
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **extra,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **self.extra, **extra,
         })
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import torch
 
@@ -64,7 +65,7 @@ def decode_completions(tok, gen: Generation) -> list[str]:
 
 def prompt_seeds(seed: int, step: int, round_: int, n: int) -> torch.Tensor:
     """(n,) sampling seeds of one step's prompts, by their position in the global batch:
-    the same completions whatever the number of ranks (``generation/noise.py``)."""
+    the same completions whatever the number of ranks or generators (``generation/noise.py``)."""
     return torch.tensor([mix_seed(seed, step, round_, i) for i in range(n)], dtype=torch.long)
 
 
@@ -73,12 +74,21 @@ def plan_rng(seed: int, step: int, round_: int) -> torch.Generator:
     return torch.Generator().manual_seed(mix_seed(seed, step, round_, 1 << 40))
 
 
-def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok, task, max_new_tokens: int,
-                     temperature, device) -> Rollout:
-    """Generate ``group`` completions for each problem and grade them.
+@dataclass
+class Request:
+    """What a generator is asked for: one batch's prompts and sampling settings, plus what
+    scoring its completions needs afterwards (the problems and the length plan's penalty)."""
 
-    seeds: (P,) per-prompt sampling seeds; plan: the length plan of these P*group rows.
-    """
+    problems: list
+    index: list[int]
+    prompts: list[list[int]]
+    params: SamplingParams
+    penalty: Optional[Callable[[torch.Tensor], torch.Tensor]]
+
+
+def make_request(problems, index, group: int, *, seeds, plan, tok, max_new_tokens: int, temperature) -> Request:
+    """Encode the prompts. seeds: (P,) per-prompt sampling seeds; plan: the length plan of
+    these P*group rows."""
     prompts = [encode_prompt(tok, p.prompt) for p in problems]
     params = SamplingParams(
         max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
@@ -86,18 +96,40 @@ def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok
         force_ids=encode_phrase(tok, plan.phrase), answer_budget=plan.answer_budget,
         think_end_ids=encode_phrase(tok, plan.think_end),
     )
-    gen = generator.generate(prompts, params)
+    return Request(list(problems), list(index), prompts, params, plan.penalty)
+
+
+def score(req: Request, gen: Generation, group: int, *, tok, task, device) -> Rollout:
+    """Grade the completions of ``req`` (wherever they were generated) into a ``Rollout``."""
     texts = decode_completions(tok, gen)
-    grades = task.score(texts, [problems[i // group] for i in range(len(texts))])
-    shape = (len(problems), group)
+    grades = task.score(texts, [req.problems[i // group] for i in range(len(texts))])
+    shape = (len(req.problems), group)
     correct = torch.tensor(grades.correct, dtype=torch.float32).view(shape)
     rewards = torch.tensor(grades.reward, dtype=torch.float32).view(shape)
     flags = {k: torch.tensor(v, dtype=torch.float32).view(shape) for k, v in grades.flags.items()}
-    if plan.penalty is not None:  # DAPO overlong penalty on correct answers, in units of half the reward gap
+    if req.penalty is not None:  # DAPO overlong penalty on correct answers, in units of half the reward gap
         gap = task.correct_reward - task.wrong_reward
-        rewards = rewards + plan.penalty(gen.lengths.cpu().float()).view_as(correct) * (gap / 2) * (correct > 0)
-    ids, mask = left_pad(prompts, tok.pad_token_id, device)
-    return Rollout(list(index), ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()), flags)
+        rewards = rewards + req.penalty(gen.lengths.cpu().float()).view_as(correct) * (gap / 2) * (correct > 0)
+    ids, mask = left_pad(req.prompts, tok.pad_token_id, device)
+    return Rollout(req.index, ids, mask, gen, correct, rewards, int(mask.sum()) + int(gen.present.sum()), flags)
+
+
+def rollout_state(ro: Rollout) -> dict:
+    """``ro`` as tensors and plain data (checkpoints load with ``weights_only=True``)."""
+    gen = {f.name: getattr(ro.gen, f.name) for f in dataclasses.fields(Generation)}
+    return {f.name: getattr(ro, f.name) for f in dataclasses.fields(Rollout) if f.name != "gen"} | {"gen": gen}
+
+
+def rollout_from_state(state: dict) -> Rollout:
+    return Rollout(**{**state, "gen": Generation(**state["gen"])})
+
+
+def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok, task, max_new_tokens: int,
+                     temperature, device) -> Rollout:
+    """Generate ``group`` completions for each problem (in this process) and grade them."""
+    req = make_request(problems, index, group, seeds=seeds, plan=plan, tok=tok, max_new_tokens=max_new_tokens,
+                       temperature=temperature)
+    return score(req, generator.generate(req.prompts, req.params), group, tok=tok, task=task, device=device)
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,12 +1,14 @@
 """Build everything a run needs from its validated config (no training here):
 the task, the starting checkpoint (built, warm-started and cached if needed),
 the recipe of axis functions, the trainer (FSDP2-sharded when the run needs
-it, ``sharding.py``), the generator's policy, the optimizer and the prompt stream."""
+it, ``sharding.py``), the generator's policy, the optimizer, the prompt stream
+and the async schedule (with its generator processes, if any)."""
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -18,12 +20,15 @@ from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
 from scalerl.models.load import compute_dtype, load_checkpoint, load_tokenizer
 from scalerl.models.policy import CompletionLogits, Policy
+from scalerl.precision.base import Heads
 from scalerl.registry import Recipe, build_recipe
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
 from scalerl.train.heldout import split_record
+from scalerl.train.pipeline import PipelineSchedule
 from scalerl.train.sampler import PromptSampler
+from scalerl.train.schedule import LocalSchedule, Schedule
 from scalerl.train.sharding import push_weights, shard_trainer
 from scalerl.train.warmstart import cached_warm_start
 
@@ -62,10 +67,16 @@ class Run:
     n_params: int
     params: list
     sharded: bool
+    checkpoint: Path
+    """The checkpoint the run started from (generators with their own weights load it too)."""
+    heads: Heads
+    compute_dtype: torch.dtype
+    body_dtype: torch.dtype
+    """The trainer's body dtype (the generator's may differ: ``heads.gen_body_dtype``)."""
 
     def sync_generator(self) -> None:
-        """After an update (or a resume): the generator samples from the trainer's current
-        weights. A no-op when they share the model; a full-weight push when sharded."""
+        """After an update (or a resume): the in-process generator samples from the trainer's
+        current weights. A no-op when they share the model; a full-weight push when sharded."""
         if self.sharded:
             push_weights(self.model, self.policy)
 
@@ -138,4 +149,27 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
     return Run(task, recipe, tok, model, trainer, policy, TorchGenerator(policy, device), optimizer, scheduler, sampler,
-               n_params, params, sharded)
+               n_params, params, sharded, Path(ckpt), heads, compute_dtype(cfg.model.dtype, device), body)
+
+
+def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:
+    """An in-process generator with its own copy of the weights when the precision axis gives the
+    generator a body dtype other than the trainer's; None: it shares the trainer's module."""
+    gen_dtype = r.heads.gen_body_dtype
+    if gen_dtype is None or gen_dtype == r.body_dtype:
+        return None
+    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=device)
+    model.eval()
+    return TorchGenerator(Policy(model, gen_head=r.heads.gen, train_head=r.heads.gen), device)
+
+
+def build_schedule(cfg, r: Run, *, gen_kw: dict, device: torch.device, threads: int, rank: int,
+                   mine: slice) -> Schedule:
+    """The schedule for ``r.recipe.plan``. With generator processes, the run's ``threads`` are shared:
+    each generator takes ``async.generator_threads`` (0: an equal share), the trainer the rest."""
+    plan = r.recipe.plan
+    if plan.generators == 0:
+        return LocalSchedule(plan, r, cfg, gen_kw=gen_kw, rank=rank, mine=mine, own_generator=own_generator(r, device))
+    gen_threads = plan.generator_threads or max(1, threads // (1 + plan.generators))
+    torch.set_num_threads(max(1, threads - plan.generators * gen_threads))
+    return PipelineSchedule(plan, r, cfg, gen_kw=gen_kw, device=device, gen_threads=gen_threads)

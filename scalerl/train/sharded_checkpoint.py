@@ -88,7 +88,8 @@ def prune(run_dir: Path, keep: int) -> None:
 
 def resume(run_dir: Path, r, log=print) -> dict | None:
     """Load the newest checkpoint of either kind into the run ``r`` (model, optimizer,
-    scheduler, sampler); returns its run counters, or None when there is none.
+    scheduler, sampler); returns its extra state (``state``: the run counters; ``async``:
+    the schedule's, plain checkpoints only), or None when there is none.
     Collective when ``r`` is sharded: every rank must call it."""
     sharded = list_sharded(run_dir)
     plain = list_checkpoints(run_dir)
@@ -109,10 +110,10 @@ def resume(run_dir: Path, r, log=print) -> dict | None:
         if ck is None:
             return None
         _load_full(ck["model"], ck["optimizer"], r)
-        extra = {k: ck[k] for k in ("scheduler", "sampler", "state")}
+        extra = {k: ck[k] for k in ("scheduler", "sampler", "state", "async") if k in ck}
     r.scheduler.load_state_dict(extra["scheduler"])
     r.sampler.load_state_dict(extra["sampler"])
-    return extra["state"]
+    return extra
 
 
 def _load_dcp(path: Path, r) -> None:

@@ -92,8 +92,10 @@ def test_cancelled_arm_is_failed_while_others_finish_then_only_it_reruns(slurm_c
 
 
 def test_two_task_arm_trains_with_gloo_across_slurm_tasks(slurm_cluster, tmp_path):
-    """srun's 2 tasks form one FSDP2 run over gloo that reproduces the same run on 1 rank."""
-    args = ["-m", "loss=cispo", *SLURM, "hydra.launcher.tasks_per_node=2", "train.steps=4", "train.eval_every=2"]
+    """srun's 2 tasks form one FSDP2 run over gloo that reproduces the same run on 1 rank.
+    Generator processes serve one trainer rank for now: the data-parallel arm runs synchronously."""
+    args = ["-m", "loss=cispo", *SLURM, "hydra.launcher.tasks_per_node=2", "train.steps=4", "train.eval_every=2",
+            "async=sync"]
     run_cli(args, tmp_path, timeout=600)
     (run_dir,) = arms(tmp_path / "sweeps" / "default")
     derived = json.loads((run_dir / "derived.json").read_text())

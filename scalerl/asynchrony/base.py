@@ -1,0 +1,117 @@
+"""The async contract, the shared schema and the pure version arithmetic.
+
+A *version* is the number of optimizer steps (generation batches) behind a set
+of weights: the trainer holds version ``v`` after its ``v``-th step, and every
+generated token records the version that produced it. Step ``s`` trains at
+trainer version ``s - 1``, so a token of version ``g`` consumed by step ``s``
+is ``s - 1 - g`` versions stale.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from omegaconf import MISSING
+
+from scalerl.core.errors import check
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+PACES = ("free", "generators_first", "trainer_first")
+
+
+@dataclass
+class AsyncConfig:
+    name: str = MISSING
+    """The option's registry key, written by the config store (choose it with ``async=<name>``)."""
+    generators: int = 0
+    """Generator processes, each with its own copy of the weights; 0: generate in the trainer's process."""
+    generator_threads: int = 0
+    """torch threads per generator process; 0: an equal share of the run's threads (``train.threads``)."""
+    timeout_s: float = 300.0
+    """Longest wait on the other side (start-up, a rollout, a weight push, a message) before the run
+    fails with an error naming the stage. Must exceed the trainer's longest pause (eval + checkpoint)."""
+
+    def __post_init__(self) -> None:
+        check(self.generators >= 0, "async.generators", f"must be >= 0, got {self.generators}")
+        check(self.generator_threads >= 0, "async.generator_threads", f"must be >= 0, got {self.generator_threads}")
+        check(self.timeout_s > 0, "async.timeout_s", f"must be > 0, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one run interleaves generation and training (built once from the ``async`` option)."""
+
+    max_lag: int
+    """A consumed token is at most this many versions older than the trainer (the lag bound)."""
+    push_every: int
+    """The trainer pushes its weights to the generators after every ``push_every``-th step."""
+    in_flight: bool
+    """A push may land between two decode steps of a batch (else only between batches)."""
+    generators: int
+    """Generator processes (0: the trainer's process generates)."""
+    generator_threads: int = 0
+    timeout_s: float = 300.0
+    pace: str = "free"
+    """``free`` (real asynchrony) or a deterministic extreme for tests and reproductions:
+    ``generators_first`` (the trainer takes a step only once every generator is blocked by
+    the lag bound: fast generators, slow trainer) or ``trainer_first`` (a generator starts
+    batch s only with version s-1: slow generators, fast trainer)."""
+    swap_at: int = -1
+    """>= 0: at this decode step of every batch, the generator waits for the newest version the
+    trainer can make without that batch (s-1) and swaps it in: a deterministic in-flight update."""
+
+    def min_version(self, step: int) -> int:
+        """The oldest version allowed to generate tokens for ``step``'s batch (the lag bound)."""
+        return max(0, step - 1 - self.max_lag)
+
+    def pushes_after(self, step: int) -> bool:
+        return step % self.push_every == 0
+
+
+class PlanFn(Protocol):
+    """An ``async`` option with its config bound -> the run's ``Plan``."""
+
+    def __call__(self) -> Plan: ...
+
+
+def staleness(version: Tensor, present: Tensor, trainer_version: int) -> Tensor:
+    """Per-token staleness ``trainer_version - version`` over present tokens.
+
+    version (N, T) long, present (N, T) bool -> (n_present,) long.
+
+    >>> import torch
+    >>> staleness(torch.tensor([[3, 4, 0], [4, 4, 4]]), torch.tensor([[1, 1, 0], [1, 1, 1]]).bool(), 4).tolist()
+    [1, 0, 0, 0, 0]
+    """
+    return trainer_version - version[present]
+
+
+def version_stats(version: Tensor, present: Tensor, trainer_version: int) -> dict:
+    """Staleness mean and max of the consumed tokens, and the fraction of completions whose
+    tokens come from more than one policy version (in-flight updates, arXiv 2510.13786 §3.1)."""
+    stale = staleness(version, present, trainer_version).float()
+    big = version.masked_fill(~present, -1).amax(-1)  # (N,)
+    small = version.masked_fill(~present, 1 << 62).amin(-1)
+    has = present.any(-1)
+    multi = ((big != small) & has).float().sum() / has.float().sum().clamp(min=1)
+    return {"staleness_mean": stale.mean().item() if stale.numel() else 0.0,
+            "staleness_max": int(stale.max().item()) if stale.numel() else 0,
+            "multi_version_frac": multi.item()}
+
+
+def within_lag(version: Tensor, present: Tensor, trainer_version: int, group: int, *, max_lag: int) -> Tensor:
+    """(P,) bool: prompt groups none of whose tokens is older than ``max_lag`` versions.
+
+    The schedules never hand the trainer such a token (generators pause first), so this is
+    the trainer's own guard: a group that fails it is dropped, and its tokens still count
+    as generation compute. version/present (P*G, T), grouped by prompt.
+
+    >>> import torch
+    >>> v = torch.tensor([[5, 5], [5, 5], [2, 5], [5, 5]]); p = torch.ones(4, 2, dtype=torch.bool)
+    >>> within_lag(v, p, 6, 2, max_lag=3).tolist()
+    [True, False]
+    """
+    old = ((trainer_version - version) > max_lag) & present  # (P*G, T)
+    return ~old.any(-1).view(-1, group).any(-1)

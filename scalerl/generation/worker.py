@@ -1,0 +1,221 @@
+"""The generator process: its own copy of the weights, in its own precision.
+
+    python -m scalerl.generation.worker HOST:PORT RANK TIMEOUT_S
+
+connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
+loads the checkpoint in the generator's own dtype with the precision axis's
+generator-side head, waits for the trainer's weights, then serves the control
+stream in order:
+
+- ``order``: generate one job's shard (a step's batch, or a refill of it),
+  once its weights are new enough for the lag bound (``min_version``), and send
+  it back, each token tagged with the version that produced it; queued jobs
+  are taken by step, so a refill goes before later steps;
+- ``push``: receive new weights (a broadcast) and swap them in, between decode
+  steps when the plan allows in-flight updates (PipelineRL, arXiv 2510.13786
+  §3.1): sequences in flight and their KV cache are kept;
+- ``probe``: return the generator-side logits of given inputs (checks that a
+  push arrived exactly);
+- ``stop``: exit.
+
+Locally the trainer starts these processes itself (``pool.py``); on a cluster
+the same command could run on other nodes, given the trainer's address (not
+tested here). SIGINT/SIGTERM/SIGUSR2 are ignored: the trainer stops its
+generators after it has checkpointed, and a generator whose trainer died exits
+when the store connection drops.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from scalerl.generation.interface import SamplingParams
+from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
+from scalerl.generation.weights import TensorSpec, buckets, empty_buffers, unpack
+from scalerl.models.load import load_checkpoint
+from scalerl.models.policy import Policy, positions_from_mask
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything one generator process needs, sent through the store at start-up."""
+
+    rank: int
+    n_generators: int
+    checkpoint: str
+    device: str
+    dtype: str
+    """The generator's body dtype (its own precision; may differ from the trainer's)."""
+    compute_dtype: str
+    heads: Callable
+    """The precision axis's ``HeadsFn`` with its config bound (a picklable partial)."""
+    attn_implementation: Optional[str]
+    threads: int
+    timeout_s: float
+    in_flight: bool
+    pace: str
+    swap_at: int
+    schema: tuple[TensorSpec, ...]
+    """The trainer's weights, in push order."""
+
+
+@dataclass
+class Shard:
+    """This generator's part of one step's batch."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    """Its rows' settings, per-prompt sampling seeds included: a completion does not depend
+    on which generator produced it (``noise.py``)."""
+
+
+class _Stopped(Exception):
+    pass
+
+
+class GeneratorServer:
+    def __init__(self, spoke: Spoke, spec: WorkerSpec):
+        self.spoke, self.spec = spoke, spec
+        torch.set_num_threads(spec.threads)
+        device = torch.device(spec.device)
+        heads = spec.heads(getattr(torch, spec.compute_dtype))
+        model, _ = load_checkpoint(spec.checkpoint, dtype=getattr(torch, spec.dtype), device=device,
+                                   attn_implementation=spec.attn_implementation)
+        model.eval()
+        missing = {s.name for s in spec.schema} - set(model.state_dict())
+        if missing:
+            raise KeyError(f"the generator's model lacks {sorted(missing)[:3]} of the trainer's weights")
+        policy = Policy(model, gen_head=heads.gen, train_head=heads.gen)
+        self.generator = TorchGenerator(policy, device)
+        self.buckets = buckets(spec.schema)
+        self.bufs = empty_buffers(self.buckets)
+        self.version: Optional[int] = None
+        self.orders: list = []  # heap of (step, job, min_version, shard)
+        self.stopping = False
+        self.marked = -1
+        self.t0, self.idle_s, self.push_s = time.monotonic(), 0.0, 0.0
+
+    # -------------------------------------------------------------- messages
+    def drain(self) -> None:
+        """Handle every control message the trainer has sent so far, in order."""
+        while (msg := self.spoke.poll()) is not None:
+            kind, payload = msg
+            if kind == "order":
+                heapq.heappush(self.orders, (payload["step"], payload["job"], payload["min_version"],
+                                             payload["shards"][self.spec.rank]))
+            elif kind == "push":
+                t = time.monotonic()
+                self.spoke.recv_broadcast(self.bufs)
+                self.generator.load_weights(unpack(self.buckets, self.bufs), payload["version"])
+                self.version = payload["version"]
+                self.push_s += time.monotonic() - t
+            elif kind == "probe":
+                self.spoke.send(f"probe/{self.spec.rank}/{payload['id']}", PROBE_TAG + payload["id"], {},
+                                self.logits(payload["ids"], payload["mask"]))
+            elif kind == "stop":
+                self.stopping = True
+
+    def wait_for(self, cond: Callable[[], bool], stage: str) -> None:
+        """Block (handling messages) until ``cond()`` or a stop; idle time is accounted."""
+        self.drain()
+        if cond() or self.stopping:
+            return
+        self.spoke.set_state(stage)
+        t = time.monotonic()
+
+        def ready() -> bool:
+            self.drain()
+            ok = cond() or self.stopping
+            if not ok and self.version is not None and self.marked != self.version + 1:
+                self.marked = self.version + 1  # nothing more to do here until the next version
+                self.spoke.mark_blocked(self.marked)
+            return ok
+
+        poll_until(ready, timeout_s=self.spec.timeout_s, stage=f"generator {self.spec.rank}: {stage}")
+        self.idle_s += time.monotonic() - t
+        self.spoke.set_state("generating")
+
+    # ------------------------------------------------------------------ work
+    def run(self) -> None:
+        self.wait_for(lambda: self.version is not None, "waiting for the trainer's initial weights")
+        while True:
+            self.wait_for(lambda: bool(self.orders), "waiting for an order")
+            if self.stopping:
+                return
+            step, job, min_version, shard = heapq.heappop(self.orders)
+            if self.spec.pace == "trainer_first":  # the slow-generator extreme: always fresh weights
+                min_version = max(min_version, step - 1)
+            self.wait_for(lambda: self.version >= min_version, f"step {step}: lag bound, waiting for weights >= {min_version}")
+            if self.stopping:
+                return
+            try:
+                gen = self.generator.generate(shard.prompts, shard.params,
+                                              between_steps=lambda t: self.between_steps(step, t))
+            except _Stopped:
+                return
+            elapsed = time.monotonic() - self.t0
+            self.spoke.send(f"done/{self.spec.rank}/{job}", job, {"idle_s": self.idle_s, "push_s": self.push_s,
+                                                               "elapsed_s": elapsed}, gen)
+
+    def between_steps(self, step: int, t: int) -> None:
+        if self.spec.in_flight:
+            self.drain()  # a push announced now is swapped in before this decode step
+        if t == self.spec.swap_at:  # deterministic in-flight swap: the newest version possible without this batch
+            self.wait_for(lambda: self.version >= step - 1, f"step {step}: swap at decode step {t}, waiting for weights >= {step - 1}")
+        if self.stopping:
+            raise _Stopped
+
+    @torch.no_grad()
+    def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Generator-side next-token logits after each row of ``ids`` (B, T) -> (B, V)."""
+        pol, dev = self.generator.policy, self.generator.device
+        ids, mask = ids.to(dev), mask.to(dev)
+        h, _ = pol.hidden(ids, mask, positions_from_mask(mask))
+        return pol.logits(h[:, -1], side="gen").cpu()
+
+
+def main(argv: list[str]) -> int:
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(s, signal.SIG_IGN)  # the trainer decides when this process stops
+    address, rank, timeout_s = argv[0], int(argv[1]), float(argv[2])
+    spoke = None
+    try:
+        spoke = Spoke(address, rank, timeout_s)
+        spec = spoke.spec()
+        server = GeneratorServer(spoke, spec)
+        spoke.connect(spec.n_generators)
+        print(f"[scalerl] generator {rank} ready: pid {os.getpid()}, {spec.device}, {spec.dtype} body, "
+              f"{spec.threads} thread(s)", flush=True)
+        server.run()
+        return 0
+    except TransportError as e:
+        if spoke is not None:
+            spoke.report_error(str(e))
+        print(f"[scalerl] {e}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as e:
+        if isinstance(e, torch.distributed.DistNetworkError):
+            print(f"[scalerl] generator {rank}: lost the trainer at {address} ({str(e).splitlines()[0]}); stopping",
+                  file=sys.stderr, flush=True)
+            return 1
+        text = traceback.format_exc()
+        if spoke is not None:
+            spoke.report_error(f"{type(e).__name__}: {e}\n{text[-3000:]}")
+        print(text, file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if spoke is not None:
+            spoke.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,187 @@
+"""``PipelineSchedule``: generator processes with their own weights stream
+beside the trainer (``async.generators >= 1``; PipelineRL, arXiv 2510.13786 §3.1).
+
+The trainer keeps the orders ``max_lag + 1`` steps ahead: it draws each step's
+prompts, its length plan and its sampling seed, and sends them as one order
+split across the generators (contiguous prompt shards). A generator starts a
+step's shard only with weights no older than the lag bound allows, so no
+consumed token is ever more than ``max_lag`` versions stale; the trainer checks
+it again on every batch (``within_lag``). After each optimizer step the trainer
+first queues the next order, then pushes its weights (that order matters for
+the deterministic ``generators_first`` pace).
+
+Each step's seeds and length plan are the ones the in-process rollout draws
+(``rollout.prompt_seeds``, ``rollout.plan_rng``), and a completion depends only on
+its prompt's seed, so ``max_lag=0`` reproduces the in-process ``sync`` run bit for
+bit with any number of generators: the transport and the pushes lose nothing.
+
+Checkpoints: batches in flight are regenerated after a resume, not saved;
+their prompts are drawn again from the sampler state of the checkpoint's step,
+and the tokens they had cost are not counted (like a step cut short). The
+generators resume from the checkpoint's weights, so the first batches after a
+resume are fresher than they would have been.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import torch
+
+from scalerl.asynchrony.base import Plan, within_lag
+from scalerl.generation.interface import Generation, cat_generations
+from scalerl.generation.pool import GeneratorPool
+from scalerl.generation.worker import Shard, WorkerSpec
+from scalerl.train.rollout import Rollout, make_request, plan_rng, prompt_seeds, replace_groups, score
+from scalerl.train.schedule import Batch, batch_stats
+from scalerl.train.weights import trainer_state_dict
+
+
+def generator_device(trainer: torch.device, j: int) -> str:
+    """Generator j's device: CPU with a CPU trainer; else the GPUs after the trainer's, wrapping
+    around (with too few GPUs, generators share them). Untested here: no GPU."""
+    if trainer.type != "cuda":
+        return "cpu"
+    first = trainer.index if trainer.index is not None else torch.cuda.current_device()
+    return f"cuda:{(first + 1 + j) % torch.cuda.device_count()}"
+
+
+def split(n_items: int, parts: int) -> list[slice]:
+    """Contiguous, near-equal slices (the first ones one longer)."""
+    size, extra = divmod(n_items, parts)
+    out, at = [], 0
+    for j in range(parts):
+        k = size + (j < extra)
+        out.append(slice(at, at + k))
+        at += k
+    return out
+
+
+class PipelineSchedule:
+    def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, device: torch.device, gen_threads: int):
+        self.plan, self.r, self.cfg, self.gen_kw, self.device = plan, r, cfg, gen_kw, device
+        self.generator_devices = plan.generators
+        spec = WorkerSpec(
+            rank=0, n_generators=plan.generators, checkpoint=str(r.checkpoint), device="cpu",
+            dtype=str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch."),
+            compute_dtype=str(r.compute_dtype).removeprefix("torch."), heads=r.recipe.heads,
+            attn_implementation=cfg.model.attn_implementation, threads=gen_threads,
+            timeout_s=plan.timeout_s, in_flight=plan.in_flight, pace=plan.pace, swap_at=plan.swap_at, schema=())
+        self.pool = GeneratorPool(spec, plan.generators, trainer_state_dict(r.model),
+                                  devices=[generator_device(device, j) for j in range(plan.generators)])
+        self.requests: dict = {}  # job -> Request (what scoring its completions needs)
+        self.jobs: dict[int, int] = {}  # step -> the job of its batch
+        self.next_job = 1
+        self.snapshots: dict[int, dict] = {}  # sampler state right after drawing each dispatched step
+        self.dispatched = 0
+        self.clocks = [(0.0, 0.0)] * plan.generators  # per generator: (idle + push s, elapsed s) at its last shard
+        self.last: dict = {}
+        self.wait_s = self.push_s = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return self.pool.pids
+
+    # --------------------------------------------------------------- stream
+    def start(self, version: int) -> None:
+        self.r.generator.version = version
+        self.snapshots[version] = self.r.sampler.state_dict()
+        self.dispatched = version
+        self.pool.start()
+        self._dispatch(version)
+        self.push_s = self.pool.push(version, trainer_state_dict(self.r.model))
+
+    def _dispatch(self, version: int) -> None:
+        """Order every step the lag bound lets the generators start from ``version`` on."""
+        r, cfg = self.r, self.cfg
+        for s in range(self.dispatched + 1, min(cfg.train.steps, version + 1 + self.plan.max_lag) + 1):
+            index = r.sampler.next(cfg.batch.prompts)
+            self.snapshots[s] = r.sampler.state_dict()
+            self.jobs[s] = self._order(s, index, 0)
+            self.dispatched = s
+
+    def _order(self, step: int, index: list[int], round_: int) -> int:
+        """Order ``index``'s groups for ``step`` (refill round ``round_``), split across the generators."""
+        cfg, G, P = self.cfg, self.cfg.batch.generations, len(index)
+        plan = self.r.recipe.plan_lengths(P * G, plan_rng(cfg.seed, step, round_))
+        req = make_request([self.r.task.train[i] for i in index], index, G, seeds=prompt_seeds(cfg.seed, step, round_, P),
+                           plan=plan, tok=self.gen_kw["tok"], max_new_tokens=cfg.length.max_new_tokens,
+                           temperature=cfg.train.temperature)
+        shards = []
+        for part in split(P, self.plan.generators):
+            at = req.params.interrupt_at
+            rows = slice(part.start * G, part.stop * G)
+            shards.append(Shard(req.prompts[part], replace(req.params, interrupt_at=None if at is None else at[rows],
+                                                           seeds=req.params.seeds[part])))
+        job, self.next_job = self.next_job, self.next_job + 1
+        self.requests[job] = req
+        self.pool.order(job, step, self.plan.min_version(step), shards)
+        return job
+
+    def _receive(self, job: int, step: int) -> tuple[Rollout, list[tuple[Generation, dict]]]:
+        parts = self.pool.collect(job, step)
+        gen = _to(cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id), self.device)
+        ro = score(self.requests.pop(job), gen, self.cfg.batch.generations, tok=self.gen_kw["tok"], task=self.r.task,
+                   device=self.device)
+        return ro, parts
+
+    def rollout(self, step: int) -> Batch:
+        r, G = self.r, self.cfg.batch.generations
+        t0 = time.perf_counter()
+        if self.plan.pace == "generators_first":  # deterministic extreme: the generators are as far ahead as allowed
+            self.pool.wait_blocked(step)
+        depth = sum(self.pool.ready(self.jobs[s]) for s in range(step, self.dispatched + 1))
+        ro, parts = self._receive(self.jobs.pop(step), step)
+        clocks = [h for _, h in parts]
+        for round_ in range(1, r.recipe.refill_rounds + 1):  # DAPO dynamic sampling: refill groups the filter would drop
+            keep = r.recipe.keep(ro.rewards)
+            if bool(keep.all()):
+                break
+            ro_new, parts = self._receive(self._order(step, r.sampler.next(int((~keep).sum())), round_), step)
+            ro = replace_groups(ro, (~keep).nonzero().flatten().tolist(), ro_new)
+            clocks = [h for _, h in parts]
+            if self.dispatched == step:  # no later step drawn yet: the refill's prompts belong to this step
+                self.snapshots[step] = r.sampler.state_dict()
+        self.wait_s = time.perf_counter() - t0
+        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.plan.max_lag)
+        idle = []
+        for j, h in enumerate(clocks):
+            idle_before, t_before = self.clocks[j]
+            idle.append((h["idle_s"] - idle_before) / max(h["elapsed_s"] - t_before, 1e-9))
+            self.clocks[j] = (h["idle_s"], h["elapsed_s"])
+        self.last = {**batch_stats(ro, fresh, step - 1), "queue_depth": depth,
+                     "generator_idle_frac": sum(idle) / len(idle)}
+        for s in [s for s in self.snapshots if s < step]:
+            del self.snapshots[s]
+        return Batch(ro, ro.prompt_index, fresh)
+
+    def publish(self, step: int) -> None:
+        self.r.generator.version = step
+        self._dispatch(step)  # orders before the push: a generator that has the push has the orders
+        self.push_s = self.pool.push(step, trainer_state_dict(self.r.model)) if self.plan.pushes_after(step) else 0.0
+
+    def stats(self, wall: float) -> dict:
+        return {**self.last, "trainer_idle_frac": min(self.wait_s / wall, 1.0) if wall > 0 else 0.0,
+                "push_time_s": self.push_s}
+
+    # ----------------------------------------------------------- checkpoint
+    def sampler_state(self, step: int) -> dict:
+        """The sampler as it was right after drawing ``step``'s prompts (the orders beyond are
+        regenerated after a resume), with the retirements recorded since."""
+        return {**self.snapshots[step], "retired": sorted(self.r.sampler.retired)}
+
+    def epochs_done(self, step: int) -> float:
+        return self.snapshots[step]["drawn"] / self.r.sampler.n
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _to(gen: Generation, device: torch.device) -> Generation:
+    return gen if device.type == "cpu" else Generation(**{k: v.to(device) for k, v in vars(gen).items()})
