@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Protocol, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -49,8 +50,28 @@ class Generation:
 
 
 class Generator(Protocol):
-    version: int
+    """A sampler the trainer hands its weights to. The trainer never sees what is behind it."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
-        """``len(prompts) * params.n`` completions, grouped by prompt."""
+    version: int
+    """Policy version (optimizer step) of the weights it samples with now."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator, *,
+                 between_steps: Optional[Callable[[int], None]] = None) -> Generation:
+        """``len(prompts) * params.n`` completions, grouped by prompt. All randomness comes from ``rng``.
+        ``between_steps(t)`` runs before decode step t (t=0: before the prefill) and may call
+        ``load_weights``: an in-flight update."""
+        ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """New weights (the trainer's full state dict, checkpoint names) as policy ``version``.
+
+        They take effect between two decode steps: tokens sampled after the update
+        carry ``version``; a completion in flight keeps its earlier tokens (and their
+        KV cache) from the previous weights, as in PipelineRL (arXiv 2510.13786 §3.1).
+        The tensors are copied before this returns: the trainer may change them next.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the engine (processes, memory); the generator is unusable after."""
         ...

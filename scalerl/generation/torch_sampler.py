@@ -11,7 +11,7 @@ through the model like any other but are excluded from the loss.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -43,7 +43,8 @@ def sample_gumbel(logp: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
 
 
 class TorchGenerator:
-    """Samples from ``policy`` in-process; ``version`` is bumped by the trainer."""
+    """Samples from ``policy`` in-process. In the synchronous loop that is the trainer's own
+    model, so loading its state dict copies nothing and only moves the version."""
 
     def __init__(self, policy: Policy, device: torch.device):
         self.policy = policy
@@ -51,7 +52,20 @@ class TorchGenerator:
         self.version = 0
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator) -> Generation:
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        # Runs between two generate calls: this engine decodes in the caller's thread.
+        mine = self.policy.model.state_dict()
+        for name, t in named_tensors:
+            if mine[name].data_ptr() != t.data_ptr():
+                mine[name].copy_(t)
+        self.version = version
+
+    def close(self) -> None:
+        pass
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, rng: torch.Generator, *,
+                 between_steps: Optional[Callable[[int], None]] = None) -> Generation:
         pol, dev = self.policy, self.device
         n = len(prompts) * params.n
         ids, mask = left_pad(prompts, params.pad_token_id, dev)
@@ -74,11 +88,14 @@ class TorchGenerator:
         logps = torch.zeros((n, max_len), dtype=torch.float32, device=dev)
         sampled = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
         present = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
+        versions = torch.zeros((n, max_len), dtype=torch.long, device=dev)
         stopped = torch.zeros(n, dtype=torch.bool, device=dev)
         interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
 
         cache = DynamicCache()
+        if between_steps is not None:
+            between_steps(0)
         h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)  # (P, W, H)
         if params.n > 1:  # share each prompt's prefill across its n samples
             cache.batch_repeat_interleave(params.n)
@@ -100,6 +117,7 @@ class TorchGenerator:
             logps[rows, t] = logp.gather(-1, tok[:, None]).squeeze(-1)
             sampled[rows, t] = ~forcing
             present[rows, t] = True
+            versions[rows, t] = self.version  # an update in between_steps changes it mid-generation
             stop_now = ~forcing & (tok == params.eos_token_id)
             stopped[rows] |= stop_now
             fpos = torch.where(forcing, fpos + 1, fpos)
@@ -113,6 +131,8 @@ class TorchGenerator:
                 rows, tok, mask, pos = rows[keep], tok[keep], mask[keep], pos[keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             pos = pos + 1
+            if between_steps is not None:
+                between_steps(t + 1)
             h, cache = pol.hidden(tok[:, None], mask, pos, cache=cache)
         width = int(present.sum(-1).max()) if n else 0
         return Generation(
@@ -122,5 +142,5 @@ class TorchGenerator:
             present=present[:, :width],
             truncated=~stopped,
             interrupted=interrupted,
-            version=torch.full((n, width), self.version, dtype=torch.long, device=dev),
+            version=versions[:, :width],
         )

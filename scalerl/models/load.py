@@ -7,6 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from scalerl.models.extensions import diagnose_broken_extensions
+
 hf_logging.disable_progress_bar()  # per-arm logs stay readable
 hf_logging.set_verbosity_error()
 
@@ -31,8 +33,10 @@ def load_checkpoint(
     kwargs = {"dtype": dtype, "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    with diagnose_broken_extensions():
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if tok.pad_token_id is None:  # many chat checkpoints ship without a pad token
         tok.pad_token = tok.eos_token
     return model, tok
+

@@ -1,6 +1,6 @@
 """Numerical precision of the LM head (config group ``precision``), arXiv 2510.13786 §3.2.
 
-``fn(compute_dtype, *, cfg) -> Heads(gen, train, body_dtype)`` (the ``HeadsFn``
+``fn(compute_dtype, *, cfg) -> Heads(gen, train, body_dtype, gen_dtype)`` (the ``HeadsFn``
 contract in ``base.py``): which dtype the logits are computed in on the
 generator side and on the trainer side, and which dtype the model body runs
 in. The generator-vs-trainer log-prob mismatch is logged every step so this

@@ -27,6 +27,9 @@ class Heads:
     train: HeadFn
     body_dtype: Optional[dtype]
     """None: the run's compute dtype (bf16 on GPU, fp32 on CPU)."""
+    gen_dtype: Optional[dtype]
+    """dtype of the generator's logits, for engines that take it as a setting (vLLM's
+    ``head_dtype``) rather than as the ``gen`` function; None: the body's."""
 
 
 class HeadsFn(Protocol):

@@ -16,4 +16,4 @@ class Bf16Config(PrecisionConfig):
 
 def bf16_heads(compute_dtype, *, cfg: Bf16Config) -> Heads:
     head = linear_head(torch.bfloat16)
-    return Heads(gen=head, train=head, body_dtype=None)
+    return Heads(gen=head, train=head, body_dtype=None, gen_dtype=torch.bfloat16)

@@ -15,4 +15,4 @@ class Fp32Config(PrecisionConfig):
 
 def fp32_heads(compute_dtype, *, cfg: Fp32Config) -> Heads:
     head = linear_head(torch.float32)
-    return Heads(gen=head, train=head, body_dtype=torch.float32)
+    return Heads(gen=head, train=head, body_dtype=torch.float32, gen_dtype=torch.float32)

@@ -19,5 +19,6 @@ class Fp32HeadConfig(PrecisionConfig):
 
 
 def fp32_head_heads(compute_dtype, *, cfg: Fp32HeadConfig) -> Heads:
-    pick = lambda on: linear_head(torch.float32 if on else torch.bfloat16)
-    return Heads(gen=pick(cfg.generator), train=pick(cfg.trainer), body_dtype=None)
+    pick = lambda on: torch.float32 if on else torch.bfloat16
+    return Heads(gen=linear_head(pick(cfg.generator)), train=linear_head(pick(cfg.trainer)), body_dtype=None,
+                 gen_dtype=pick(cfg.generator))

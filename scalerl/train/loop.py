@@ -36,6 +36,7 @@ from scalerl.train.rollout import encode_phrase, rollout
 from scalerl.train.setup import build_logger, build_run, pick_device, prepare_checkpoint, resolve_threads
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
+from scalerl.train.weights import full_state_dict
 
 
 def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -> dict:
@@ -49,7 +50,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     task, ckpt_path = prepare_checkpoint(cfg)
     dist = init_distributed(device.type)
     say = print if dist.main else (lambda *a, **k: None)
-    r = build_run(cfg, task, ckpt_path, device)
+    r = build_run(cfg, task, ckpt_path, device, threads)
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
     G, per_rank = cfg.batch.generations, derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
@@ -77,7 +78,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
         (run_dir / "derived.json").write_text(_json(derived.to_dict() | {"n_params": r.n_params, "threads": threads}))
     progress = Progress(run_dir, run_name, cfg.train.steps, state["step"], enabled=dist.main)
-    r.generator.version = state["step"]
+    r.generator.load_weights(full_state_dict(r.model), state["step"])  # the resumed weights, or the start's as version 0
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
 
     def evaluate_and_checkpoint() -> None:
@@ -117,7 +118,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         upd = policy_update(r.policy, r.optimizer, r.params, ro, adv[mine], keep[mine], r.recipe,
                             minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip, dist=dist)
         r.scheduler.step()
-        r.generator.version = step
+        r.generator.load_weights(full_state_dict(r.model), step)  # the next rollout samples from the new policy
         # -------------------------------------------------------------- account
         counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
                                             float(ro.gen.present.sum()), float(ro.gen.truncated.sum()),
@@ -148,6 +149,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
     progress.update(state["step"], status=status)
     progress.close()
+    r.generator.close()
     if logger is not None:
         logger.finish()
     shutdown(dist)

@@ -11,7 +11,8 @@ import torch
 
 from scalerl.core.errors import ConfigError
 from scalerl.core.hashing import stable_hash
-from scalerl.generation import TorchGenerator
+from scalerl.generation import GENERATORS, Generator
+from scalerl.generation.base import EngineContext
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
@@ -48,7 +49,7 @@ class Run:
     tok: object
     model: torch.nn.Module
     policy: Policy
-    generator: TorchGenerator
+    generator: Generator
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: PromptSampler
@@ -79,11 +80,12 @@ def build_logger(cfg) -> Logger:
     return LOGGERS[cfg.logger.name].fn(cfg.logger)
 
 
-def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device) -> Run:
+def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device, threads: int = 1) -> Run:
     recipe = build_recipe(cfg)
     dtype = compute_dtype(cfg.model.dtype, device)
     heads = recipe.heads(dtype)
-    model, tok = load_checkpoint(ckpt, dtype=heads.body_dtype or dtype, device=device,
+    body_dtype = heads.body_dtype or dtype
+    model, tok = load_checkpoint(ckpt, dtype=body_dtype, device=device,
                                  attn_implementation=cfg.model.attn_implementation)
     model.train()  # no dropout in the tiny model; real checkpoints set their own
     policy = Policy(model, gen_head=heads.gen, train_head=heads.train, temperature=cfg.train.temperature)
@@ -94,5 +96,7 @@ def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device) -> Run:
     warm = max(t.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
-    return Run(task, recipe, tok, model, policy, TorchGenerator(policy, device), optimizer, scheduler, sampler,
-               flop_params(model), params)
+    ctx = EngineContext(policy=policy, checkpoint=ckpt, device=device, body_dtype=body_dtype,
+                        head_dtype=heads.gen_dtype, seed=cfg.seed, threads=threads)
+    generator = GENERATORS[cfg.generation.name].fn(ctx, cfg=cfg.generation)
+    return Run(task, recipe, tok, model, policy, generator, optimizer, scheduler, sampler, flop_params(model), params)
