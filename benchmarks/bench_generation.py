@@ -1,10 +1,13 @@
 """Generation throughput: scalerl's torch engine vs vLLM vs Hugging Face ``generate()``.
 
     python benchmarks/bench_generation.py [--reps 5] [--device cpu]
+    python benchmarks/bench_generation.py --device cuda --hidden 1024 --layers 16 --heads 16   # GPU-sized body
 
-All three sample from the same checkpoint (the embedded warm-started tiny Llama,
-fp32) on the same batch, in one process run, one thread each (vLLM's worker is
-bound to one core). Two workloads:
+All three sample from the same checkpoint (by default the embedded warm-started
+tiny Llama; with ``--hidden`` a randomly initialised Llama of that width with the
+same character vocabulary, so decoding costs what a real body does), fp32, on the
+same batch, in one process run, one thread each (vLLM's worker is bound to one
+core). Two workloads:
 
 - ``step``: one RL step's rollout, 16 prompts x 16 samples, at most 8 new tokens,
   EOS on (the model answers in ~5 tokens), as the embedded default runs;
@@ -22,6 +25,7 @@ import argparse
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -32,6 +36,7 @@ from scalerl.generation.torch_sampler import TorchGenerator, left_pad
 from scalerl.generation.vllm_option import VLLMGenerationConfig, build_vllm_generator
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy
+from scalerl.models.tiny import TinyModelConfig, prepare_tiny
 from scalerl.precision.base import linear_head
 from scalerl.train.rollout import encode_prompt
 from scalerl.train.setup import prepare_checkpoint
@@ -55,11 +60,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--hidden", type=int, default=0, help="random Llama of this width instead of the embedded model")
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--heads", type=int, default=16)
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("SCALERL_CACHE", os.path.expanduser("~/.cache/scalerl"))
     cfg = validate(compose(["logger=none", "train.threads=1"]))
     task, ckpt = prepare_checkpoint(cfg)
+    if args.hidden:
+        ckpt = prepare_tiny(TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
+                                            intermediate_size=4 * args.hidden, max_position_embeddings=512),
+                            Path(os.environ["SCALERL_CACHE"]))
     device = torch.device(args.device)
     model, tok = load_checkpoint(ckpt, dtype=torch.float32, device=device)
     model.eval()
@@ -90,6 +102,7 @@ def main() -> None:
             if rep:
                 times.setdefault((w, "HF generate()"), []).append(n_tok / (time.perf_counter() - t0))
     engines["vLLM"].close()
+    print(f"model: {ckpt.name}, device {args.device}")
     print(f"| workload | engine | tokens/s (median of {args.reps}) | vs torch engine |")
     print("|---|---|---|---|")
     for w in workloads:

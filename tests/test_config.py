@@ -105,6 +105,24 @@ def test_bad_values_name_the_key(override, key):
     assert e.value.key == key and key in str(e.value)
 
 
+@pytest.mark.parametrize("override,key", [
+    ("generation.kv_cache_gb=0", "generation.kv_cache_gb"),
+    ("generation.dtype=fp8", "generation.dtype"),
+    ("generation.tensor_parallel_size=0", "generation.tensor_parallel_size"),
+    ("generation.gpu_memory_utilization=1.5", "generation.gpu_memory_utilization"),
+])
+def test_bad_vllm_settings_name_the_key(override, key):
+    with pytest.raises(ConfigError) as e:
+        validate(compose(["generation=vllm", override]))
+    assert e.value.key == key
+
+
+def test_vllm_settings_belong_to_the_vllm_option():
+    with pytest.raises(Exception) as e:
+        compose(["generation.kv_cache_gb=2"])  # the default engine is torch
+    assert as_config_error(e.value).key == "generation.kv_cache_gb"
+
+
 def test_negative_dapo_eps_names_the_key():
     with pytest.raises(ConfigError, match="loss.eps_low"):
         validate(compose(["loss=dapo", "loss.eps_low=-0.1"]))

@@ -254,3 +254,19 @@ def test_sweep_runs_end_to_end_with_vllm(tmp_path):
     assert all(s["logp_mismatch"] < 1e-4 for s in steps), steps
     assert yaml.safe_load((run / "config.yaml").read_text())["generation"]["name"] == "vllm"
     assert proc.returncode == 0
+
+
+def test_weight_chunks_round_trip_by_name_dtype_and_shape():
+    from scalerl.generation.vllm_transfer import InlineUpdateInfo, chunks
+
+    torch.manual_seed(0)
+    named = [("a", torch.randn(3, 5)), ("b", torch.randn(7).to(torch.bfloat16)), ("c", torch.randn(2, 2, 2)),
+             ("d", torch.randn(40).t())]
+    payloads = list(chunks(named, max_bytes=64))  # a: 60 bytes, b: 14, c: 32, d: 160 (a chunk of its own)
+    assert [p["names"] for p in payloads] == [["a"], ["b", "c"], ["d"]]
+    back = [t for p in payloads for t in InlineUpdateInfo(**p).tensors()]
+    assert [n for n, _ in back] == ["a", "b", "c", "d"]
+    for (n, t), (m, u) in zip(named, back):
+        assert u.dtype == t.dtype and u.shape == t.shape and torch.equal(u, t)
+    with pytest.raises(ValueError, match="bytes"):
+        InlineUpdateInfo(**{**payloads[0], "data": payloads[0]["data"][:-4]}).tensors()

@@ -63,7 +63,8 @@ class VLLMGenerator:
     """A running vLLM engine behind scalerl's ``Generator`` interface."""
 
     def __init__(self, checkpoint: Path, *, dtype: torch.dtype, head_dtype: torch.dtype | None, seed: int,
-                 enforce_eager: bool, tensor_parallel_size: int, kv_cache_bytes: int, device: torch.device):
+                 enforce_eager: bool, tensor_parallel_size: int, kv_cache_bytes: int, gpu_memory_utilization: float,
+                 device: torch.device):
         head = "model" if head_dtype is None or head_dtype == dtype else DTYPE_NAMES[head_dtype]
         threads = torch.get_num_threads()  # vLLM's engine core lowers this process's torch threads for serving
         self.llm = LLM(
@@ -73,7 +74,8 @@ class VLLMGenerator:
             logprobs_mode="processed_logprobs",  # after temperature: the distribution actually sampled
             enable_prefix_caching=True,  # continuation requests after an interruption reuse their prefix
             enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size, seed=seed,
-            kv_cache_memory_bytes=kv_cache_bytes, weight_transfer_config={"backend": BACKEND},
+            kv_cache_memory_bytes=kv_cache_bytes, gpu_memory_utilization=gpu_memory_utilization,
+            weight_transfer_config={"backend": BACKEND},
             disable_log_stats=True,
             # The model in a worker process of its own, even on one device: vLLM's CPU worker binds
             # OpenMP threads and patches torch.set_num_threads, which must not happen to the trainer.

@@ -39,6 +39,9 @@ class VLLMGenerationConfig(GenerationConfig):
     after a longer start."""
     tensor_parallel_size: int = 1
     """GPUs one engine shards the model over."""
+    gpu_memory_utilization: float = 0.9
+    """Share of the device's memory vLLM may claim at start-up (vLLM's own setting and default). It
+    checks that this much is free, so lower it when the trainer shares the GPU."""
     seed: Optional[int] = None
     """Engine seed (vLLM's ``seed``); None: the run's seed. Each request also carries a seed drawn
     from the step's RNG, so a run and its resumption sample the same tokens."""
@@ -46,6 +49,8 @@ class VLLMGenerationConfig(GenerationConfig):
     def __post_init__(self) -> None:
         check(self.dtype in ENGINE_DTYPES, "generation.dtype", f"must be one of {list(ENGINE_DTYPES)}, got {self.dtype!r}")
         check(self.kv_cache_gb > 0, "generation.kv_cache_gb", f"must be > 0, got {self.kv_cache_gb}")
+        check(0 < self.gpu_memory_utilization <= 1, "generation.gpu_memory_utilization",
+              f"must be in (0, 1], got {self.gpu_memory_utilization}")
         check(self.tensor_parallel_size >= 1, "generation.tensor_parallel_size",
               f"must be >= 1, got {self.tensor_parallel_size}")
 
@@ -66,7 +71,7 @@ def build_vllm_generator(ctx: EngineContext, *, cfg: VLLMGenerationConfig):
     return VLLMGenerator(ctx.checkpoint, dtype=dtype, head_dtype=ctx.head_dtype,
                          seed=ctx.seed if cfg.seed is None else cfg.seed, enforce_eager=cfg.enforce_eager,
                          tensor_parallel_size=cfg.tensor_parallel_size, kv_cache_bytes=int(cfg.kv_cache_gb * 2**30),
-                         device=ctx.device)
+                         gpu_memory_utilization=cfg.gpu_memory_utilization, device=ctx.device)
 
 
 def check_installed() -> None:

@@ -66,15 +66,15 @@ class InlineUpdateInfo(WeightTransferUpdateInfo):
             raise ValueError(f"{len(self.names)} names, {len(self.dtypes)} dtypes, {len(self.shapes)} shapes")
 
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        dtypes = [getattr(torch, d) for d in self.dtypes]
+        sizes = [math.prod(shape) * torch.empty((), dtype=dt).element_size() for dt, shape in zip(dtypes, self.shapes)]
+        if sum(sizes) != len(self.data):
+            raise ValueError(f"update carries {len(self.data)} bytes, its tensors need {sum(sizes)}")
         buf = torch.frombuffer(bytearray(self.data), dtype=torch.uint8) if self.data else torch.empty(0, dtype=torch.uint8)
         out, at = [], 0
-        for name, dtype, shape in zip(self.names, self.dtypes, self.shapes):
-            dt = getattr(torch, dtype)
-            n = math.prod(shape) * torch.empty((), dtype=dt).element_size()
-            out.append((name, buf[at : at + n].view(dt).reshape(shape)))
+        for name, dt, shape, n in zip(self.names, dtypes, self.shapes, sizes):
+            out.append((name, buf[at : at + n].clone().view(dt).reshape(shape)))  # clone: aligned for dt
             at += n
-        if at != len(buf):
-            raise ValueError(f"update carries {len(buf)} bytes, its tensors need {at}")
         return out
 
 

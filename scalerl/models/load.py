@@ -4,10 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
 from scalerl.models.extensions import diagnose_broken_extensions
+
+with diagnose_broken_extensions():  # transformers' model classes import torchvision when it is installed
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 hf_logging.disable_progress_bar()  # per-arm logs stay readable
 hf_logging.set_verbosity_error()

@@ -6,7 +6,9 @@ Per step (synchronous; PipelineRL asynchrony is a separate axis to come):
   filter     keep mask over prompt groups (``recipe.keep``), NPR bookkeeping
   advantages group-centred, scaled by ``recipe.advantages``
   update     per-token loss (``recipe.loss``), reduced by ``recipe.aggregate``,
-             an AdamW step per minibatch
+             an AdamW step per minibatch; then the new weights go to the generator
+             (``generator.load_weights``: a no-op copy for the in-process torch engine,
+             a transfer into the running engine for vLLM)
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
   eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
