@@ -81,9 +81,8 @@ def main() -> None:
     never = tok.unk_token_id  # the warm-started model never emits <unk>: rows run to their budget
     engines = {
         "torch engine": TorchGenerator(policy, device),
-        "vLLM": build_vllm_generator(EngineContext(policy=None, checkpoint=ckpt, device=device,
-                                                   body_dtype=torch.float32, head_dtype=torch.float32, seed=0,
-                                                   threads=1), cfg=VLLMGenerationConfig()),
+        "vLLM": build_vllm_generator(EngineContext(policy=None, checkpoint=ckpt, device=device, body_dtype=torch.float32,
+                                                   head_dtype=torch.float32, seed=0), cfg=VLLMGenerationConfig()),
     }
     workloads = {"step": (8, tok.eos_token_id), "long": (128, never)}
     times: dict[tuple[str, str], list[float]] = {}

@@ -59,7 +59,7 @@ def prompts(ckpt):
 
 
 def start_engine(ckpt, body, head):
-    ctx = EngineContext(policy=None, checkpoint=ckpt, device=CPU, body_dtype=body, head_dtype=head, seed=0, threads=1)
+    ctx = EngineContext(policy=None, checkpoint=ckpt, device=CPU, body_dtype=body, head_dtype=head, seed=0)
     return build_vllm_generator(ctx, cfg=VLLMGenerationConfig(kv_cache_gb=0.25))
 
 

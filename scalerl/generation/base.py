@@ -34,7 +34,6 @@ class EngineContext:
     head_dtype: Optional[dtype]
     """dtype of the generator's logits (``precision``'s generator side); None: the body's."""
     seed: int
-    threads: int
 
 
 class BuildFn(Protocol):

@@ -52,7 +52,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     task, ckpt_path = prepare_checkpoint(cfg)
     dist = init_distributed(device.type)
     say = print if dist.main else (lambda *a, **k: None)
-    r = build_run(cfg, task, ckpt_path, device, threads)
+    r = build_run(cfg, task, ckpt_path, device)
     derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
     G, per_rank = cfg.batch.generations, derived.prompts_per_rank
     mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)

@@ -80,7 +80,7 @@ def build_logger(cfg) -> Logger:
     return LOGGERS[cfg.logger.name].fn(cfg.logger)
 
 
-def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device, threads: int = 1) -> Run:
+def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device) -> Run:
     recipe = build_recipe(cfg)
     dtype = compute_dtype(cfg.model.dtype, device)
     heads = recipe.heads(dtype)
@@ -97,6 +97,6 @@ def build_run(cfg, task: TaskData, ckpt: Path, device: torch.device, threads: in
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
     ctx = EngineContext(policy=policy, checkpoint=ckpt, device=device, body_dtype=body_dtype,
-                        head_dtype=heads.gen_dtype, seed=cfg.seed, threads=threads)
+                        head_dtype=heads.gen_dtype, seed=cfg.seed)
     generator = GENERATORS[cfg.generation.name].fn(ctx, cfg=cfg.generation)
     return Run(task, recipe, tok, model, policy, generator, optimizer, scheduler, sampler, flop_params(model), params)
