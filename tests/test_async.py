@@ -21,7 +21,8 @@ from transformers import DynamicCache
 from scalerl.asynchrony.base import Plan, version_stats, within_lag
 from scalerl.config import compose, validate
 from scalerl.core.jsonio import JsonlFile
-from scalerl.generation import SamplingParams, TorchGenerator
+from scalerl.generation import SamplingParams
+from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.generation.transport import TransportError
 from scalerl.generation.weights import buckets, empty_buffers, pack, unpack, weight_schema
 from scalerl.launch.local_pool import arm_threads

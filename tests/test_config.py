@@ -27,7 +27,8 @@ def extra(group: str, option: str, files: dict, hf_ckpt) -> list[str]:
     written by the ``task_files`` fixture for the file-based tasks."""
     needs = {("model", "hf"): [f"model.path={hf_ckpt}"],
              ("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}"],
-             ("task", "mix"): [f"task.tasks.math.path={files['math']}", f"task.tasks.code.path={files['code']}"]}
+             ("task", "mix"): [f"task.tasks.math.path={files['math']}", f"task.tasks.code.path={files['code']}"],
+             ("generation", "vllm"): ["async=sync"]}  # pipeline_rl's generator processes run the torch engine
     return needs.get((group, option), [])
 
 
@@ -120,6 +121,24 @@ def test_bad_values_name_the_key(override, key):
     assert e.value.key == key and key in str(e.value)
 
 
+@pytest.mark.parametrize("override,key", [
+    ("generation.kv_cache_gb=0", "generation.kv_cache_gb"),
+    ("generation.dtype=fp8", "generation.dtype"),
+    ("generation.tensor_parallel_size=0", "generation.tensor_parallel_size"),
+    ("generation.gpu_memory_utilization=1.5", "generation.gpu_memory_utilization"),
+])
+def test_bad_vllm_settings_name_the_key(override, key):
+    with pytest.raises(ConfigError) as e:
+        validate(compose(["generation=vllm", override]))
+    assert e.value.key == key
+
+
+def test_vllm_settings_belong_to_the_vllm_option():
+    with pytest.raises(Exception) as e:
+        compose(["generation.kv_cache_gb=2"])  # the default engine is torch
+    assert as_config_error(e.value).key == "generation.kv_cache_gb"
+
+
 def test_negative_dapo_eps_names_the_key():
     with pytest.raises(ConfigError, match="loss.eps_low"):
         validate(compose(["loss=dapo", "loss.eps_low=-0.1"]))
@@ -208,3 +227,8 @@ def test_dapo_and_minimax_recipes_average_per_prompt(recipe):
 def test_every_recipe_cites_the_paper():
     for path in (REPO / "conf" / "recipe").glob("*.yaml"):
         assert "arXiv 2510.13786 §" in path.read_text(), path.name
+
+
+def test_pipeline_rl_with_the_vllm_engine_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="generation"):
+        derive(validate(compose(["generation=vllm", "async=pipeline_rl"])))

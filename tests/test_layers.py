@@ -143,7 +143,7 @@ def test_composing_and_validating_loads_neither_torch_nor_transformers():
 def test_only_building_a_run_looks_up_a_registry():
     # The loop, the rollout and the update call the run's Recipe; registries are read once, in setup.py.
     registries = {"LOSSES", "AGGREGATIONS", "ADV_NORMS", "FILTERS", "LENGTHS", "PRECISIONS", "ASYNC_MODES", "MODELS", "TASKS",
-                  "LOGGERS", "AXES", "OPTION_GROUPS"}
+                  "LOGGERS", "GENERATORS", "AXES", "OPTION_GROUPS"}
     for path in (REPO / "scalerl" / "train").glob("*.py"):
         used = {t.rsplit(".", 1)[-1] for t, _, _ in imports(path)} & registries
         assert path.name == "setup.py" or not used, f"{path.name} looks up {sorted(used)}"

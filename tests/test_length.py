@@ -1,7 +1,8 @@
 """Length control: interruption insertion and the overlong penalty."""
 import torch
 
-from scalerl.generation import SamplingParams, TorchGenerator
+from scalerl.generation import SamplingParams
+from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.length import LENGTHS
 from scalerl.length.interrupt import InterruptConfig, interrupt_plan
 from scalerl.length.penalty import PenaltyConfig, overlong_penalty

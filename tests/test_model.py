@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from scalerl.generation import SamplingParams, TorchGenerator
+from scalerl.generation import SamplingParams
+from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, token_entropy, token_logprobs
 from scalerl.models.tiny import build_tiny_checkpoint

@@ -41,6 +41,9 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (generators and world_size > 1), "async.generators",
           f"generator processes serve one trainer rank for now, not {world_size}; use async=sync or "
           "async=ppo_off_policy (generators=0) with several ranks")
+    check(not (generators and cfg.generation.name != "torch"), "generation",
+          f"async={getattr(cfg, 'async').name}'s generator processes run the torch engine for now, not "
+          f"generation={cfg.generation.name}; use generation=torch, or async=sync or async=ppo_off_policy")
     check(not (getattr(getattr(cfg, "async"), "swap_at", -1) >= 0 and cfg.filter.refill_rounds), "async.swap_at",
           f"a forced in-flight swap waits inside the next batch, so {cfg.filter.name}'s refills would wait forever; "
           "use async.swap_at=-1 or another filter")

@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
-import torch
+from scalerl.core.lazy import torch  # config composition imports this module: torch only when used
 
 
 @dataclass
@@ -60,20 +60,31 @@ class Generation:
 
 
 class Generator(Protocol):
+    """A sampler the trainer hands its weights to. The trainer never sees what is behind it."""
+
     version: int
-    """The policy version (trainer optimizer steps) of the weights generating now."""
+    """Policy version (optimizer step) of the weights it samples with now."""
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
                  between_steps: Optional[Callable[[int], None]] = None) -> Generation:
         """``len(prompts) * params.n`` completions, grouped by prompt; a pure function of
         the prompts, ``params`` (seeds included) and the weights. ``between_steps(t)`` runs
-        before the forward pass of decode step t (t=0: before the prefill); it may call
-        ``load_weights`` (an in-flight update: sequences and KV cache are kept)."""
+        before decode step t (t=0: before the prefill) and may call ``load_weights``: an
+        in-flight update (sequences and KV cache are kept)."""
         ...
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Replace the weights by the trainer's named tensors (cast to the generator's own dtype)
-        and set ``version``. A vLLM engine implements this with its model's ``load_weights``."""
+        """New weights (the trainer's full state dict, checkpoint names) as policy ``version``.
+
+        They take effect between two decode steps: tokens sampled after the update
+        carry ``version``; a completion in flight keeps its earlier tokens (and their
+        KV cache) from the previous weights, as in PipelineRL (arXiv 2510.13786 §3.1).
+        The tensors are copied before this returns: the trainer may change them next.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the engine (processes, memory); the generator is unusable after."""
         ...
 
 

@@ -42,8 +42,9 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[tor
 
 
 class TorchGenerator:
-    """Samples from ``policy``. Sharing the trainer's module, ``version`` is set by the trainer;
-    owning a copy of the weights, the trainer pushes them with ``load_weights``."""
+    """Samples from ``policy`` in-process. Sharing the trainer's module (the synchronous
+    loop's default), a push copies nothing and only moves the version; owning a copy of
+    the weights (a generator process, another body dtype), a push copies them in."""
 
     def __init__(self, policy: Policy, device: torch.device):
         self.policy = policy
@@ -59,8 +60,12 @@ class TorchGenerator:
         for name, t in named_tensors:
             if name not in self._state:
                 raise KeyError(f"weight push: the generator's model has no tensor {name!r}")
-            self._state[name].copy_(t)
+            if self._state[name].data_ptr() != t.data_ptr():  # the trainer's own tensor: nothing to copy
+                self._state[name].copy_(t)
         self.version = version
+
+    def close(self) -> None:
+        pass
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
@@ -93,6 +98,7 @@ class TorchGenerator:
         logps = torch.zeros((n, max_len), dtype=torch.float32, device=dev)
         sampled = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
         present = torch.zeros((n, max_len), dtype=torch.bool, device=dev)
+        versions = torch.zeros((n, max_len), dtype=torch.long, device=dev)
         stopped = torch.zeros(n, dtype=torch.bool, device=dev)
         interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
@@ -101,6 +107,8 @@ class TorchGenerator:
         if between_steps is not None:
             between_steps(0)
         cache = DynamicCache()
+        if between_steps is not None:
+            between_steps(0)
         h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)  # (P, W, H)
         if params.n > 1:  # share each prompt's prefill across its n samples
             cache.batch_repeat_interleave(params.n)

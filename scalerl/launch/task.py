@@ -29,6 +29,7 @@ from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
+from scalerl.models.extensions import diagnose_broken_extensions
 
 LOCK_WAIT_S = 60.0
 """How long a job waits on a locked run whose holder is not (or not yet) recorded as training it."""
@@ -121,7 +122,8 @@ def run_arm(cfg: DictConfig) -> dict:
     }
     # The trainer (torch, transformers) is imported only when an arm trains: --help,
     # --dry-run, --status and the sweep's parent process never pay its ~7 s import.
-    from scalerl.train.loop import train
+    with diagnose_broken_extensions():  # a torchvision built for another torch breaks transformers' imports
+        from scalerl.train.loop import train
 
     if launch_rank() != 0:  # extra data-parallel ranks: no files, no lock
         return train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={})

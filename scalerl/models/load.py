@@ -4,7 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from scalerl.models.extensions import diagnose_broken_extensions
+
+with diagnose_broken_extensions():  # transformers' model classes import torchvision when it is installed
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 hf_logging.disable_progress_bar()  # per-arm logs stay readable
@@ -31,7 +35,8 @@ def load_checkpoint(
     kwargs = {"dtype": dtype, "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    with diagnose_broken_extensions():
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if model.dtype != dtype:  # transformers < 4.56 names the argument torch_dtype and ignores dtype
         model = model.to(dtype)
     return model.to(device), load_tokenizer(path)

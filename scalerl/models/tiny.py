@@ -18,6 +18,7 @@ from scalerl.core.errors import check
 from scalerl.core.hashing import stable_hash
 from scalerl.core.lazy import torch, transformers
 from scalerl.models.base import ModelConfig
+from scalerl.models.extensions import diagnose_broken_extensions
 from scalerl.models.tokenizer import build_char_tokenizer
 
 
@@ -25,7 +26,8 @@ from scalerl.models.tokenizer import build_char_tokenizer
 class TinyModelConfig(ModelConfig):
     hidden_size: int = 96
     num_layers: int = 3
-    num_heads: int = 4
+    num_heads: int = 3
+    """3 heads of 32: vLLM's CPU attention supports head sizes 32, 64, 80, ... (docs/embedded.md)."""
     intermediate_size: int = 192
     max_position_embeddings: int = 256
     """Must cover prompt + budget + interruption phrase + answer budget."""
@@ -82,7 +84,8 @@ def build_tiny_checkpoint(out_dir: str | Path, *, hidden_size: int, num_layers: 
         rope_theta=10000.0,
     )
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(config)
+    with diagnose_broken_extensions():
+        model = transformers.LlamaForCausalLM(config)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     return out

@@ -9,7 +9,10 @@ Per step:
   advantages group-centred, scaled by ``recipe.advantages``
   update     per-token loss (``recipe.loss``), reduced by ``recipe.aggregate``,
              an AdamW step per minibatch
-  publish    hand the new weights to the generators as the plan says
+  publish    hand the new weights to the generators: the in-process engine now
+             (``Run.sync_generator``: a no-op for the torch engine on the trainer's
+             own model, a transfer into a running vLLM engine), generator
+             processes as the async plan says
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
   eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
@@ -97,7 +100,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         sched.load_state_dict(saved.get("async", {}))
         state.update(saved["state"])
         say(f"[scalerl] resuming {run_name} from step {state['step']}")
-    r.sync_generator()
+    r.sync_generator(state["step"])  # the resumed weights, or the start's as version 0
     if dist.main:  # rows written after the checkpoint will be re-done, exactly
         metrics.truncate_after(state["step"] if saved is not None else -1)
         steps_log.truncate_after(state["step"] if saved is not None else -1)
@@ -152,7 +155,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
                                 minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip,
                                 temperature=cfg.train.temperature, mine=mine, dist=dist)
             r.scheduler.step()
-            r.sync_generator()  # the in-process generator samples from the new weights (a push when sharded)
+            r.sync_generator(step)  # the in-process generator samples from the new weights
             sched.publish(step)  # the generators get version `step` (now, or at the next phase)
             # ---------------------------------------------------------- account
             counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
@@ -183,6 +186,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             progress.update(step)
     finally:
         sched.close()  # generator processes stop (their in-flight batches are regenerated on resume)
+        r.generator.close()  # an engine's processes (vLLM) go too, on an error as well
     # ----------------------------------------------------------------- finish
     status = "done" if state["step"] >= cfg.train.steps else ("preempted" if stop.preempted else "interrupted")
     if status != "done":  # stopped by a signal: save exactly where we are

@@ -14,7 +14,9 @@ import torch
 
 from scalerl.core.errors import ConfigError
 from scalerl.core.hashing import stable_hash
-from scalerl.generation import TorchGenerator
+from scalerl.generation import GENERATORS, Generator
+from scalerl.generation.base import EngineContext
+from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
@@ -31,6 +33,7 @@ from scalerl.train.sampler import PromptSampler
 from scalerl.train.schedule import LocalSchedule, Schedule
 from scalerl.train.sharding import push_weights, shard_trainer
 from scalerl.train.warmstart import cached_warm_start
+from scalerl.train.weights import trainer_state_dict
 
 
 def pick_device(name: str) -> torch.device:
@@ -60,7 +63,9 @@ class Run:
     """The trainer's forward (the FSDP2 root when sharded) around ``model``."""
     policy: Policy
     """The generator's view: ``model`` itself, or its own copy in the compute dtype when sharded."""
-    generator: TorchGenerator
+    generator: Generator
+    """The in-process engine (``generation`` group): evaluation, and training batches unless
+    generator processes make them (``async=pipeline_rl``)."""
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: PromptSampler
@@ -74,11 +79,20 @@ class Run:
     body_dtype: torch.dtype
     """The trainer's body dtype (the generator's may differ: ``heads.gen_body_dtype``)."""
 
-    def sync_generator(self) -> None:
+    shares_policy: bool = True
+    """The generator samples from ``policy`` itself (the torch engine), not from weights of its own."""
+
+    def sync_generator(self, version: int) -> None:
         """After an update (or a resume): the in-process generator samples from the trainer's
-        current weights. A no-op when they share the model; a full-weight push when sharded."""
+        current weights, as ``version``. The torch engine on the trainer's own model copies
+        nothing; on its own copy (sharded) it gets a full-weight push; an engine with weights
+        of its own (vLLM) gets them through ``load_weights``."""
+        if not self.shares_policy:
+            self.generator.load_weights(trainer_state_dict(self.model).items(), version)
+            return
         if self.sharded:
             push_weights(self.model, self.policy)
+        self.generator.version = version
 
 
 def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
@@ -148,8 +162,12 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     warm = max(t.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
-    return Run(task, recipe, tok, model, trainer, policy, TorchGenerator(policy, device), optimizer, scheduler, sampler,
-               n_params, params, sharded, Path(ckpt), heads, compute_dtype(cfg.model.dtype, device), body)
+    ctx = EngineContext(policy=policy, checkpoint=Path(ckpt), device=device, body_dtype=body,
+                        head_dtype=heads.gen_dtype, seed=cfg.seed)
+    generator = GENERATORS[cfg.generation.name].fn(ctx, cfg=cfg.generation)
+    return Run(task, recipe, tok, model, trainer, policy, generator, optimizer, scheduler, sampler, n_params, params,
+               sharded, Path(ckpt), heads, compute_dtype(cfg.model.dtype, device), body,
+               shares_policy=getattr(generator, "policy", None) is policy)
 
 
 def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:

@@ -1,0 +1,21 @@
+"""``generation=torch``: the default, an in-process batched KV-cache sampler in plain
+torch + transformers (``torch_sampler.py``). It samples from the trainer's own
+model object, so a push only moves the version (and copies tensors that are not
+already the model's). Fastest for the embedded tiny model, where Python overhead
+per decode step dominates and a separate engine process would only add transfers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scalerl.generation.base import EngineContext, GenerationConfig
+
+
+@dataclass
+class TorchGenerationConfig(GenerationConfig):
+    pass
+
+
+def build_torch_generator(ctx: EngineContext, *, cfg: TorchGenerationConfig):
+    from scalerl.generation.torch_sampler import TorchGenerator  # transformers: only when a run builds it
+
+    return TorchGenerator(ctx.policy, ctx.device)
