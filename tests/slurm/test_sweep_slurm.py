@@ -103,7 +103,8 @@ def test_two_task_arm_trains_with_gloo_across_slurm_tasks(slurm_cluster, tmp_pat
     assert [r["step"] for r in read_rows(run_dir / "metrics.jsonl")] == [0, 2, 4]
     assert (run_dir / "checkpoints" / "step_00000004" / ".metadata").exists()  # sharded checkpoints
     one = tmp_path / "one_rank"
-    train(validate(compose(["loss=cispo", "logger=none", "train.threads=1", "train.steps=4", "train.eval_every=2"])),
+    train(validate(compose(["loss=cispo", "logger=none", "train.threads=1", "train.steps=4", "train.eval_every=2",
+                            "async=sync"])),
           one, run_name="one", group="test", config_dict={})
     same = ("train_reward", "effective_batch", "response_length")
     assert [{k: r[k] for k in same} for r in read_rows(run_dir / "steps.jsonl")] == \
