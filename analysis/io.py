@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -29,9 +30,20 @@ WANDB_STATES = {"finished": "done", "running": "running", "failed": "failed",
 
 # ---------------------------------------------------------------- scalerl sweep directories
 def find_run_dirs(root):
-    """Directories under (or equal to) `root` holding metrics.jsonl or summary.json."""
-    root = Path(root)
-    found = {p.parent for name in ("metrics.jsonl", "summary.json") for p in root.rglob(name)}
+    """Directories under (or equal to) `root` holding metrics.jsonl or summary.json.
+
+    Symbolic links are followed: a sweep links in the finished runs it reuses from other
+    studies (same config hash) instead of training them again.
+    """
+    root, found, seen = Path(root), set(), set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:                    # a link cycle, or two links to one run
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        if {"metrics.jsonl", "summary.json"} & set(filenames):
+            found.add(Path(dirpath))
     return sorted(found)
 
 
@@ -116,6 +128,8 @@ def read_run(run_dir, *, name=None, axis="compute"):
         "loss_clamp": summary.get("loss_clamp"),
         "error": summary.get("error"),
         "run_dir": str(run_dir),
+        "study": summary.get("study", config.get("study")),
+        "train_steps": (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None,
         **run_axes(config, summary),
     }
     return _frame(records, meta, axis=axis, reward_key=REWARD_KEY)
@@ -170,7 +184,7 @@ def read_wandb_group(project, group, *, entity=None, api=None, axis="compute", r
     .id, .config, .summary, .state and .scan_history()).  Nothing else here is mocked.
     """
     if api is None:
-        import wandb              # lazy: reading disk must not need wandb
+        import wandb  # lazy: reading disk must not need wandb
         api = wandb.Api()
     path = f"{entity}/{project}" if entity else project
     frames, seen = [], set()
