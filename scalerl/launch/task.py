@@ -82,7 +82,8 @@ def run_arm(cfg: DictConfig) -> dict:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(container))
         t0 = time.time()
         try:
-            result = train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict=container)
+            # the W&B run's config: the resolved config plus the run's identity (hashes, axes, clamp)
+            result = train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={**container, **meta})
         except BaseException as e:
             if not isinstance(e, (KeyboardInterrupt, SystemExit)):
                 write_json_atomic(summary_path, {**meta, "status": "failed", "error": f"{type(e).__name__}: {e}",

@@ -19,14 +19,14 @@ Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
 
 from scalerl.config.derive import derive
-from scalerl.core.jsonio import JsonlFile
+from scalerl.core.jsonio import JsonlFile, write_json_atomic
+from scalerl.loggers.base import namespaced
 from scalerl.train.checkpoint import load_latest, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import init_distributed, shutdown
@@ -75,7 +75,11 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     logger = build_logger(cfg) if dist.main else None
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
-        (run_dir / "derived.json").write_text(_json(derived.to_dict() | {"n_params": r.n_params, "threads": threads}))
+    static = derived.to_dict() | {"n_params": r.n_params, "threads": threads,
+                                  "flops_per_train_token": train_flops(r.n_params, 1),
+                                  "flops_per_gen_token": gen_flops(r.n_params, 1)}
+    if dist.main:
+        _write_derived(run_dir, static, state)
     progress = Progress(run_dir, run_name, cfg.train.steps, state["step"], enabled=dist.main)
     r.generator.version = state["step"]
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
@@ -91,7 +95,8 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         window.clear()
         if dist.main:
             metrics.append(row)
-            logger.log({f"eval/{k}" if k.startswith("pass_rate") else k: v for k, v in row.items()}, state["step"])
+            logger.log(namespaced("eval", row), state["step"])
+            _write_derived(run_dir, static, state)
             save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
@@ -135,7 +140,9 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         window.append(stats)
         if dist.main:
             steps_log.append({"step": step, "compute": state["compute"], **stats})
-            logger.log({f"train/{k}": v for k, v in stats.items()}, step)
+            logger.log(namespaced("train", stats, {"step": step, "compute": state["compute"], "tokens": state["tokens"],
+                                                   "device_hours": state["device_hours"], "wall_s": state["wall_s"],
+                                                   "epoch": r.sampler.epochs_done}), step)
         # -------------------------------------------------- eval + checkpoint
         if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
             evaluate_and_checkpoint()
@@ -196,5 +203,9 @@ def _mean(rows: list[dict]) -> dict:
     return {k: sum(row[k] for row in rows if k in row) / sum(1 for row in rows if k in row) for k in sorted(keys)}
 
 
-def _json(obj) -> str:
-    return json.dumps(obj, indent=2, default=str)
+def _write_derived(run_dir: Path, static: dict, state: dict) -> None:
+    """``derived.json``: the config's derived quantities plus the measured FLOPs per step (mean
+    so far; ``compute = steps x flops_per_step`` turns a step budget into compute)."""
+    step = state["step"]
+    write_json_atomic(run_dir / "derived.json", static | {"flops_per_step": state["compute"] / step if step else None,
+                                                          "flops_per_step_over_steps": step})
