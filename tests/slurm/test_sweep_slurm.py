@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from helpers import popen_cli, read_rows, run_cli, wait_for
 
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "logger=none", "train.threads=1"]
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "logger=none", "train.threads=1", "study=default"]
 
 
 def arms(sweep: Path) -> list[Path]:
