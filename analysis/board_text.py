@@ -8,6 +8,12 @@ from analysis.fit import USABLE
 NAN = float("nan")
 
 
+def ranked_units(board):
+    """The rows that are ranked as units: arm rows of arms with 2+ seeds, run rows otherwise."""
+    multi = set(board.loc[board["level"] == "arm", "arm"])
+    return board[(board["level"] == "arm") | ~board["arm"].isin(multi)]
+
+
 def _cell(row, p, fmt):
     v, lo, hi = row.get(p, NAN), row.get(f"{p}_lo", NAN), row.get(f"{p}_hi", NAN)
     if not np.isfinite(v):
@@ -43,7 +49,7 @@ def format_leaderboard(board, axes=(), max_rows=60):
         return "(no runs)"
     lines, cells = [], []
     multi_seed_arms = set(board.loc[board["level"] == "arm", "arm"])
-    units = board[(board["level"] == "arm") | ~board["arm"].isin(multi_seed_arms)]
+    units = ranked_units(board)
     shared = set(units.loc[units["rank"].duplicated(keep=False), "rank"].dropna())
     by_reward = board["rank_basis"].fillna("").str.startswith("reward").any() and "pred_target" not in board.columns
     for row in board.head(max_rows).to_dict("records"):

@@ -24,6 +24,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from analysis.board_text import format_leaderboard, ranked_units  # noqa: F401  (format_leaderboard: re-exported)
 from analysis.extrapolation import N_FINAL, final_band, final_pair
 from analysis.fit import USABLE, FitOptions
 from analysis.models import sigmoid
@@ -216,7 +217,8 @@ def _reference_compute(units, target_compute):
 def _notes(board, units, fits, c_ref, target_compute, margin):
     """What a reader must know before trusting the order: ties, unidentified A, mixed runs."""
     notes = []
-    ranked = board[board["rank"].notna() & ((board["level"] == "arm") | (board["n_seeds"] == 1))]
+    units_ranked = ranked_units(board)
+    ranked = units_ranked[units_ranked["rank"].notna()]
     shared = ranked["rank"].duplicated(keep=False)
     if shared.any():
         notes.append(f"rows sharing a rank are tied: their intervals overlap or their values are within"
@@ -342,6 +344,3 @@ def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin
     table.attrs["notes"] = notes + ([seed_note] if seed_note else [])
     table.attrs["warnings"] = warnings
     return table
-
-
-from analysis.board_text import format_leaderboard  # noqa: E402,F401  (re-exported)

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from analysis.board_text import ranked_units
 from analysis.fit import USABLE, FitOptions
 
 STYLE = {
@@ -132,9 +133,7 @@ def plot_run(fit, compute, reward, *, title, axis_label="compute", target_comput
 
 def _units(board):
     """The ranked entries: arm rows for arms with 2+ seeds, run rows otherwise; best first."""
-    multi = set(board.loc[board["level"] == "arm", "arm"])
-    units = board[(board["level"] == "arm") | ~board["arm"].isin(multi)]
-    return units.sort_values("rank", na_position="last", kind="stable")
+    return ranked_units(board).sort_values("rank", na_position="last", kind="stable")
 
 
 def _rank_labels(units):

@@ -69,7 +69,9 @@ def next_steps(sweep_dir: Path, board, run_dirs: list[Path]) -> str:
     where = shlex.quote(str(sweep_dir))
     lines = [f"[scalerl] results: {sweep_dir}/leaderboard.csv, overview.png, params.png and run-*.png"
              " (one per run)"]
-    units = board[(board["level"] == "arm") | (board["n_seeds"] == 1)] if len(board) else board
+    from analysis.board_text import ranked_units
+
+    units = ranked_units(board) if len(board) else board
     n_unid = int((units["status"] == "A_unidentified").sum()) if len(units) else 0
     if n_unid:
         lines.append(f"[scalerl] {n_unid} of {len(units)} arm(s) are A_unidentified: the curves have not bent toward"

@@ -155,3 +155,10 @@ def test_a_sweep_reads_runs_it_links_in_from_other_studies(make_run, tmp_path):
     points = read_sweep(tmp_path / "new")
     assert points["run_dir"].map(lambda d: os.path.realpath(d)).unique().tolist() == [str(source.resolve())]
     assert len(points) == len(C)
+
+
+def test_the_console_counts_the_files_it_wrote(tmp_path, capsys):
+    analyze_sweep(quick_start(), tmp_path, FitOptions(n_boot=0))
+    written = sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".csv", ".png"))
+    assert len(written) == 6                        # leaderboard.csv, overview.png, params.png, 3 run plots
+    assert f"wrote 6 files in {tmp_path}: leaderboard.csv, overview.png, params.png, 3 run plots" in capsys.readouterr().out
