@@ -225,7 +225,7 @@ def _notes(board, units, fits, c_ref, target_compute, margin):
                      f" {margin}; the evidence does not order them ({int(shared.sum())} of {len(ranked)})")
     n_unid = sum(u.row["status"] == "A_unidentified" for u in units)
     if n_unid:
-        notes.append(f"{n_unid} of {len(units)} A_unidentified: the curve has not bent toward its plateau, so A"
+        notes.append(f"{n_unid} of {len(units)} entries are A_unidentified: the curve has not bent toward its plateau, so A"
                      f" is not pinned down; every fitted row is therefore ranked by its reward at C_ref={c_ref:.4g},"
                      " a compute all of them reached. Train longer (more steps) or add seeds to identify A")
     for col, what in (("train_steps", "training lengths"), ("study", "studies")):

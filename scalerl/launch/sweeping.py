@@ -106,6 +106,8 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
             if reuse and arm.state == "pending":
                 arm.reused_from = _finished_elsewhere(cfg, run_dir)
                 arm.state = "done" if arm.reused_from is not None else arm.state
+            elif not reuse and run_dir.is_symlink():        # --fresh: a linked-in run is trained here instead
+                arm.state = "pending"
             arms.append(arm)
         except Exception as e:  # our checks, and Hydra's (unknown option, a key the option lacks, bad syntax)
             err = as_config_error(e)
@@ -196,7 +198,7 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
         print(f"[scalerl] reusing {len(reused)} finished run(s) of the same config hash from other studies "
               "(linked in; --fresh trains such runs here instead)")
     for a in todo:
-        if a.run_dir.is_symlink() and not a.run_dir.exists():   # a reused run that was deleted since
+        if a.run_dir.is_symlink():   # --fresh, or a reused run deleted since: train here (the link goes, not its target)
             a.run_dir.unlink()
     print(f"[scalerl] launching {len(todo)} arm(s); {sum(a.state == 'done' for a in arms)} already done")
     returns = sweeper.launcher.launch([a.overrides for a in todo], initial_job_idx=0) if todo else []
