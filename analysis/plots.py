@@ -226,6 +226,9 @@ def plot_params(board, *, margin=0.02, title="sweep", level=None):
             ax.set_title(name)
             ax.set_xlabel(col)
             ax.grid(axis="y", visible=False)
+            if not drawn.any():                 # nothing to scale an axis on: say so instead
+                ax.set_xticks([])
+                ax.set_xlabel(f"{col}: no value with an interval")
             if col == "A" and drawn.any():
                 best = v[drawn].max()
                 ax.axvspan(best - margin, best, color=colr, alpha=0.12, linewidth=0,
