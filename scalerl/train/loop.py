@@ -140,9 +140,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
         window.append(stats)
         if dist.main:
             steps_log.append({"step": step, "compute": state["compute"], **stats})
-            logger.log(namespaced("train", stats, {"step": step, "compute": state["compute"], "tokens": state["tokens"],
-                                                   "device_hours": state["device_hours"], "wall_s": state["wall_s"],
-                                                   "epoch": r.sampler.epochs_done}), step)
+            logger.log(namespaced("train", stats, {**state, "epoch": r.sampler.epochs_done}), step)
         # -------------------------------------------------- eval + checkpoint
         if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
             evaluate_and_checkpoint()
