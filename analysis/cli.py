@@ -95,7 +95,8 @@ def build_parser():
     fit.add_argument("--n-boot", type=_ranged(low=0, integer=True), default=FitOptions.n_boot, metavar="N",
                      help="bootstrap replicates (default %(default)s; 0: none)")
     fit.add_argument("--margin", type=_ranged(low=0.0), default=MARGIN,
-                     help="A values within this are tied and ordered by B at a common A (paper: 0.02)")
+                     help="values within this tie (A, or predicted reward), as do overlapping intervals;"
+                          " a tie on A is listed by B at a common A (paper: 0.02)")
     fit.add_argument("--target-compute", type=_ranged(low=0.0, low_open=True), default=None, metavar="C",
                      help="also rank by predicted reward at compute C (which recipe wins at my budget?)")
     fit.add_argument("--max-a-width", type=float, default=FitOptions.max_a_width,

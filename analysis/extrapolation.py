@@ -5,6 +5,10 @@ we put a number on it.  "Final reward" is the mean of the last `n_final` (defaul
 evals, and the prediction is the mean of the fitted curve at those same compute values:
 averaging damps eval noise (sd ~0.004 per eval at 16k samples, ~0.0023 for three), and
 comparing at the same points keeps a still-rising curve from biasing the comparison.
+Every forecast carries its interval (`final_band`: the bootstrap replicates' mean over the
+same points), and says how far past the fitted compute it reaches (`beyond`: last compute
+over fit_until), since a sigmoid extrapolated far past its data can promise more than the
+task allows.
 """
 from __future__ import annotations
 
@@ -15,34 +19,58 @@ import pandas as pd
 
 from analysis.baseline import fit_power_law
 from analysis.fit import FitOptions
+from analysis.models import sigmoid
 from analysis.runs import curves, fit_runs, validate
+from analysis.uncertainty import percentile_interval
 
 N_FINAL = 3
 WITHIN = 0.02          # paper §1: the ±0.02 margin on A, reused as "a good forecast"
 
 
-def final_pair(fit, compute, reward, n_final=N_FINAL):
-    """(predicted, observed) mean reward over the last `n_final` finite evals of a run."""
+def _final_points(compute, reward, n_final):
+    """The last `n_final` evals with finite compute > 0 and finite reward, compute-sorted."""
     C, R = np.asarray(compute, float), np.asarray(reward, float)
     ok = np.isfinite(C) & np.isfinite(R) & (C > 0)
-    if not ok.any():
-        return float("nan"), float("nan")
     order = np.argsort(C[ok])
-    C, R = C[ok][order][-n_final:], R[ok][order][-n_final:]
+    return C[ok][order][-n_final:], R[ok][order][-n_final:]
+
+
+def final_pair(fit, compute, reward, n_final=N_FINAL):
+    """(predicted, observed) mean reward over the last `n_final` finite evals of a run."""
+    C, R = _final_points(compute, reward, n_final)
+    if not C.size:
+        return float("nan"), float("nan")
     predicted = float(np.mean(fit.predict(C))) if fit.fitted else float("nan")
     return predicted, float(np.mean(R))
 
 
+def final_band(fit, compute, reward, n_final=N_FINAL, level=None):
+    """(lo, hi) bootstrap interval of `final_pair`'s prediction: each replicate's curve is
+    averaged over the same last `n_final` evals, then the percentiles are taken."""
+    C, _ = _final_points(compute, reward, n_final)
+    if not fit.fitted or C.size == 0 or fit.boot.shape[0] < 2:
+        return float("nan"), float("nan")
+    A, B, Cm, R0 = (fit.boot[:, k:k + 1] for k in range(4))
+    means = np.nanmean(sigmoid(C[None, :], A, B, Cm, R0), axis=1)
+    return percentile_interval(means, fit.level if level is None else level)
+
+
 @dataclass(frozen=True, eq=False)
 class ExtrapolationCheck:
-    per_run: pd.DataFrame      # run, fraction, fit_until, status, pred_final, obs_final, abs_error, ...
+    per_run: pd.DataFrame      # run, fraction, fit_until, status, pred_final[_lo, _hi], obs_final, ...
     aggregate: dict            # n, mean/median/max abs error, fraction within 0.02, ...
 
-    def report(self):
+    def report(self, max_rows=40):
         a = self.aggregate
         lines = [f"extrapolation from the first {100 * a['fraction']:.0f}% of each run's compute"
                  f" to its last {a['n_final']} evals ({a['n']} runs with a prediction,"
                  f" {a['n_unidentified']} of them A_unidentified, {a['n_no_prediction']} without):"]
+        has = self.per_run[np.isfinite(self.per_run["pred_final"].to_numpy(float))]
+        for row in has.head(max_rows).itertuples():
+            band = (f" [{row.pred_final_lo:.3f}, {row.pred_final_hi:.3f}]" if np.isfinite(row.pred_final_lo)
+                    else " [no interval]")
+            lines.append(f"  {row.run}: predicted {row.pred_final:.3f}{band}, observed {row.obs_final:.3f}"
+                         f" ({row.beyond:.2g}x beyond the fitted compute; {row.status})")
         if a["n"]:
             lines.append(f"  abs error: mean {a['mean_abs_error']:.4f}, median {a['median_abs_error']:.4f},"
                          f" 90th pct {a['p90_abs_error']:.4f}, max {a['max_abs_error']:.4f}")
@@ -95,11 +123,14 @@ def extrapolation_check(points, fraction=0.5, options: FitOptions = FitOptions()
         threshold = fit.min_compute if np.isfinite(fit.min_compute) else options.min_compute
         power = fit_power_law(C, R, replace(options, fit_until=cut[run], min_compute=threshold))
         pred_pl = final_pair(power, C, R, n_final)[0]
+        lo, hi = final_band(fit, C, R, n_final)
+        last = C.max() if C.size else np.nan
         rows.append({"run": run, "fraction": fraction, "fit_until": cut[run], "status": fit.status,
-                     "pred_final": pred, "obs_final": obs, "abs_error": abs(pred - obs),
-                     "A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "last_compute": C.max() if C.size else np.nan,
+                     "pred_final": pred, "pred_final_lo": lo, "pred_final_hi": hi, "obs_final": obs,
+                     "abs_error": abs(pred - obs), "beyond": last / cut[run] if cut[run] > 0 else np.nan,
+                     "A": fit.A if fit.usable else np.nan, "B": fit.B, "C_mid": fit.C_mid, "last_compute": last,
                      "pred_final_power_law": pred_pl, "abs_error_power_law": abs(pred_pl - obs)})
     per_run = pd.DataFrame(rows, columns=[
-        "run", "fraction", "fit_until", "status", "pred_final", "obs_final", "abs_error", "A", "B",
-        "C_mid", "last_compute", "pred_final_power_law", "abs_error_power_law"])
+        "run", "fraction", "fit_until", "status", "pred_final", "pred_final_lo", "pred_final_hi", "obs_final",
+        "abs_error", "beyond", "A", "B", "C_mid", "last_compute", "pred_final_power_law", "abs_error_power_law"])
     return ExtrapolationCheck(per_run, summarize(per_run, fraction, n_final))

@@ -50,9 +50,20 @@ def check_value(where, column, value):
 
 # ---------------------------------------------------------------- scalerl sweep directories
 def find_run_dirs(root):
-    """Directories under (or equal to) `root` holding metrics.jsonl or summary.json."""
-    root = Path(root)
-    found = {p.parent for name in ("metrics.jsonl", "summary.json") for p in root.rglob(name)}
+    """Directories under (or equal to) `root` holding metrics.jsonl or summary.json.
+
+    Symbolic links are followed: a sweep links in the finished runs it reuses from other
+    studies (same config hash) instead of training them again.
+    """
+    root, found, seen = Path(root), set(), set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:                    # a link cycle, or two links to one run
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        if {"metrics.jsonl", "summary.json"} & set(filenames):
+            found.add(Path(dirpath))
     return sorted(found)
 
 
@@ -191,6 +202,8 @@ def read_run(run_dir, *, name=None, axis="compute", metrics=(REWARD_KEY,)):
         "loss_clamp": summary.get("loss_clamp"),
         "error": summary.get("error"),
         "run_dir": str(run_dir),
+        "study": summary.get("study", config.get("study")),
+        "train_steps": (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None,
         **run_axes(config, summary),
     }
     return per_metric(lambda key, m: _frame(records, m, axis=axis, reward_key=key), meta, records, list(metrics))

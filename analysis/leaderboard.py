@@ -3,11 +3,19 @@
 Paper §1: ±0.02 is the margin on A (three seeds agreed within ±0.015); when two recipes'
 A values are within it, refit both with A fixed to their mean and compare B.
 
+Rank only what the evidence separates.  Units whose intervals overlap, or whose values are
+within the margin, share a rank (competition ranking: 1, 1, 3) and a `tie_group`; within a
+group the rows are listed by B at their common A (the paper's tie rule) or by value, but
+that order is not a ranking.  A unit ties with the best remaining unit, not with its
+neighbour, so a group is "everything not separated from its top".
+
 Units of ranking: an arm with two or more seeds is ranked once, by its arm row (level
 "arm"), and its seed rows (level "run") carry the arm's rank; a single-seed arm is ranked
-by its run row.  Order: usable fits by A with the tie rule; then A_unidentified units by
-predicted reward at a common compute (the target compute, else the smallest last compute
-they share), since that is what their data does determine; other statuses get no rank.
+by its run row.  Order: usable fits by A; then A_unidentified units by predicted reward at
+a reference compute C_ref (the target compute, else the smallest last compute the fitted
+units share: a point every one of them observed), since that is what their data does
+determine; other statuses get no rank.  A_unidentified rows carry no A: their optimizer
+value is kept only in the diagnostic columns A_raw, A_raw_lo, A_raw_hi.
 """
 from __future__ import annotations
 
@@ -16,7 +24,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analysis.extrapolation import N_FINAL, final_pair
+from analysis.board_text import format_leaderboard, ranked_units  # noqa: F401  (format_leaderboard: re-exported)
+from analysis.extrapolation import N_FINAL, final_band, final_pair
 from analysis.fit import USABLE, FitOptions
 from analysis.models import sigmoid
 from analysis.runs import curves, fit_runs, run_table, validate
@@ -121,40 +130,136 @@ def _refit_common_a(points, units, A_common, options):
     return out
 
 
-def _rank(points, units, margin, target_compute, options):
-    """Assign rank, rank_basis, tie_group, A_common, B_common in place; return notes."""
-    notes, ordered = [], []
-    usable = sorted((u for u in units if u.row["status"] in USABLE), key=lambda u: -u.row["A"])
-    i, group = 0, 0
-    while i < len(usable):
-        j = i
-        while j + 1 < len(usable) and usable[j + 1].row["A"] >= usable[i].row["A"] - margin:
-            j += 1
-        cluster = usable[i:j + 1]
-        if len(cluster) > 1:
-            group += 1
-            A_common = float(np.mean([u.row["A"] for u in cluster]))
-            B_common = _refit_common_a(points, cluster, A_common, options)
-            for u, b in zip(cluster, B_common):
-                u.row.update(tie_group=group, A_common=A_common, B_common=b,
-                             rank_basis=f"B at common A={A_common:.3f}")
-            cluster = [u for _, u in sorted(zip(B_common, cluster), key=lambda p: -np.nan_to_num(p[0], nan=-1))]
+def tie_ranks(values, lo, hi, margin=0.0):
+    """Competition ranks that separate only what the evidence separates.
+
+    The best remaining value opens a group; every remaining value within `margin` of it, or
+    whose interval [lo, hi] overlaps its interval, joins the group and shares its rank.
+    Non-finite values get no rank.  Returns (rank, group, order): ranks and group ids (NaN
+    for a group of one) in input order, and the input indices in listing order.
+    >>> tie_ranks([0.70, 0.69, 0.50], [0.66, 0.60, 0.49], [0.74, 0.71, 0.51])[0].tolist()
+    [1.0, 1.0, 3.0]
+    >>> tie_ranks([0.70, 0.60], [0.69, 0.59], [0.71, 0.61], margin=0.02)[0].tolist()  # apart
+    [1.0, 2.0]
+    """
+    v, lo, hi = (np.asarray(x, dtype=float) for x in (values, lo, hi))
+    rank, group = np.full(v.size, NAN), np.full(v.size, NAN)
+    left = sorted((i for i in range(v.size) if np.isfinite(v[i])), key=lambda i: -v[i])
+    order, n_groups = [], 0
+    while left:
+        top = left[0]
+        tied = [i for i in left if v[top] - v[i] <= margin + 1e-12
+                or (np.isfinite(lo[top]) and np.isfinite(hi[i]) and hi[i] >= lo[top])]
+        rank[tied] = len(order) + 1
+        if len(tied) > 1:
+            n_groups += 1
+            group[tied] = n_groups
+        order += tied
+        left = [i for i in left if i not in tied]
+    return rank, group, order + [i for i in range(v.size) if not np.isfinite(v[i])]
+
+
+def _blocks(order, groups):
+    """`order` cut into its groups (tie_ranks lists each group contiguously)."""
+    blocks = []
+    for i in order:
+        if blocks and np.isfinite(groups[i]) and groups[blocks[-1][0]] == groups[i]:
+            blocks[-1].append(i)
         else:
-            cluster[0].row["rank_basis"] = "A"
-        ordered += cluster
-        i = j + 1
-    unidentified = [u for u in units if u.row["status"] == "A_unidentified"]
-    if unidentified:
-        lasts = [u.row["last_compute"] for u in unidentified if np.isfinite(u.row["last_compute"])]
-        c_ref = target_compute or (min(lasts) if lasts else NAN)
-        for u in unidentified:
-            u.row["rank_basis"] = f"reward at C={c_ref:.4g}"
-        unidentified.sort(key=lambda u: -np.nan_to_num(u.predict(c_ref), nan=-np.inf))
-        notes.append(f"A_unidentified rows are ranked after all identified ones, by predicted"
-                     f" reward at C={c_ref:.4g}; their A is not a number to trust")
-    for rank, u in enumerate(ordered + unidentified, start=1):
-        u.row["rank"] = rank
-    return notes
+            blocks.append([i])
+    return blocks
+
+
+def _rank(points, units, margin, c_ref, options):
+    """Assign rank, rank_basis, tie_group, A_common, B_common and the listing position in place.
+
+    The basis is A when every rankable unit has an identified A.  Otherwise A cannot order
+    them (an unidentified A is only a bound), so every fitted unit is ranked by its predicted
+    reward at C_ref, a compute every one of them reached: what their data does determine.
+    """
+    rankable = [u for u in units if u.row["status"] in USABLE or u.row["status"] == "A_unidentified"]
+    by_a = all(u.row["status"] in USABLE for u in rankable)
+    basis, key = ("A", "A") if by_a else (f"reward at C_ref={c_ref:.4g}", "R_ref")
+    ranks, groups, order = tie_ranks(*([u.row.get(f"{key}{s}", NAN) for u in rankable] for s in ("", "_lo", "_hi")),
+                                     margin=margin)
+    listed, n_groups = 0, 0
+    for block in _blocks(order, groups):
+        if len(block) > 1:
+            n_groups += 1
+            why = f"{basis}; tied (intervals overlap or within {margin})"
+            if by_a:                    # the paper's tie rule orders the listing, not the rank
+                cluster = [rankable[i] for i in block]
+                A_common = float(np.mean([u.row["A"] for u in cluster]))
+                B_common = _refit_common_a(points, cluster, A_common, options)
+                for u, b in zip(cluster, B_common):
+                    u.row.update(A_common=A_common, B_common=b)
+                block = [i for _, i in sorted(zip(B_common, block), key=lambda p: -np.nan_to_num(p[0], nan=-1))]
+                why += f", listed by B at common A={A_common:.3f}"
+            for i in block:
+                rankable[i].row.update(tie_group=n_groups, rank_basis=why)
+        elif np.isfinite(ranks[block[0]]):
+            rankable[block[0]].row["rank_basis"] = basis
+        for i in block:
+            rankable[i].row.update(rank=ranks[i], _pos=listed)
+            listed += 1
+    return by_a
+
+
+def _reference_compute(units, target_compute):
+    """C_ref: the target compute, else the smallest last compute of the units with a fit."""
+    if target_compute:
+        return float(target_compute)
+    lasts = [u.row["last_compute"] for u in units if any(f.fitted for f in u.fits)
+             and np.isfinite(u.row["last_compute"])]
+    return min(lasts) if lasts else NAN
+
+
+def _notes(board, units, fits, c_ref, target_compute, margin):
+    """What a reader must know before trusting the order: ties, unidentified A, mixed runs."""
+    notes = []
+    units_ranked = ranked_units(board)
+    ranked = units_ranked[units_ranked["rank"].notna()]
+    shared = ranked["rank"].duplicated(keep=False)
+    if shared.any():
+        notes.append(f"rows sharing a rank are tied: their intervals overlap or their values are within"
+                     f" {margin}; the evidence does not order them ({int(shared.sum())} of {len(ranked)})")
+    n_unid = sum(u.row["status"] == "A_unidentified" for u in units)
+    if n_unid:
+        notes.append(f"{n_unid} of {len(units)} entries are A_unidentified: the curve has not bent toward its plateau, so A"
+                     f" is not pinned down; every fitted row is therefore ranked by its reward at C_ref={c_ref:.4g},"
+                     " a compute all of them reached. Train longer (more steps) or add seeds to identify A")
+    for col, what in (("train_steps", "training lengths"), ("study", "studies")):
+        if col in board.columns:
+            values = board.loc[board["level"] == "run", col].dropna().astype(str)
+            counts = values.value_counts()
+            if len(counts) > 1:
+                listed = ", ".join(f"{k}: {v} run(s)" for k, v in counts.items())
+                extra = (" -- compare them at a common compute (--target-compute), not by A" if col == "train_steps"
+                         else "; a run reused by config hash counts under the study that trained it")
+                notes.append(f"these runs mix {len(counts)} {what} ({listed}){extra}")
+    warnings = []
+    if target_compute:
+        lasts = np.array([f.last_compute for f in fits.values() if f.fitted], dtype=float)
+        beyond = target_compute / lasts[np.isfinite(lasts) & (lasts > 0)]
+        if beyond.size and beyond.max() > 1.0:
+            span = (f"{beyond.max():.2g}x" if beyond.max() - beyond.min() < 0.05 * beyond.max()
+                    else f"{max(beyond.min(), 1.0):.2g}x to {beyond.max():.2g}x")
+            warnings.append(f"C*={target_compute:.4g} lies {span} beyond the last fitted compute: R(C*) extrapolates"
+                            " the sigmoid past the data (column target_beyond), and its interval covers eval noise"
+                            " only; it can exceed what the task allows")
+    return notes, warnings
+
+
+def _hide_unidentified_a(table):
+    """A_unidentified rows show no A: the optimizer's value moves to the A_raw columns."""
+    unid = table["status"] == "A_unidentified"
+    for col in ("A", "A_lo", "A_hi"):
+        table[col.replace("A", "A_raw", 1)] = table[col].where(unid)
+        table.loc[unid, col] = NAN
+    for col in ("A_profile_lo", "A_profile_hi"):
+        if col in table.columns:
+            table.loc[unid, col] = NAN
+    return table
 
 
 def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin=MARGIN,
@@ -162,10 +267,12 @@ def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin
     """Ranked table: one row per run, plus one per arm with two or more seeds.
 
     points: tidy table (see analysis.runs); fits: {run: FitResult} to reuse, else fitted
-    here with `options`, which also give the tie rule's refits, the arm rows' interval
-    level and max_a_width.
-    target_compute: also rank by predicted reward there (pred_target, rank_target).
-    With options.fit_until, pred_final/obs_final compare the forecast with the last evals.
+    here with `options`, which also give the tie rule's refits, the interval level and
+    max_a_width.  margin: values this close tie whatever their intervals (paper: 0.02).
+    target_compute: also rank by predicted reward there (pred_target, rank_target, with
+    the same ties), and use it as C_ref.  With options.fit_until, pred_final/obs_final
+    (and pred_final_lo/hi) compare the forecast with the last evals.
+    Notes and warnings for the reader are in board.attrs["notes"] and ["warnings"].
     """
     points = validate(points)
     runs = run_table(points)
@@ -181,6 +288,7 @@ def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin
                "rank_basis": "", "tie_group": NAN, "A_common": NAN, "B_common": NAN, "A_seed_sd": NAN}
         if options.fit_until is not None:
             row["pred_final"], row["obs_final"] = final_pair(fit, C, R, n_final)
+            row["pred_final_lo"], row["pred_final_hi"] = final_band(fit, C, R, n_final, level)
         rows[meta["run"]] = row
     arms = [(arm, list(members)) for arm, members in runs.groupby("arm", sort=False)["run"]]
     seed_values = [_seed_values([fits[m] for m in members]) for _, members in arms if len(members) > 1]
@@ -193,100 +301,46 @@ def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin
         arm_row = _arm_row(arm, [rows[m] for m in members], member_fits, options, pooled)
         arm_row.update(rank=NAN, rank_basis="", tie_group=NAN, A_common=NAN, B_common=NAN)
         units.append(_Unit(arm_row, member_fits, members))
-    notes = _rank(points, units, margin, target_compute, options)
+    c_ref = _reference_compute(units, target_compute)
+    pooled_ref = pooled_sd([u.seed_predictions(c_ref) for u in units if len(u.members) > 1]) if np.isfinite(c_ref) else None
+    for unit in units:                    # predicted reward at C_ref: the basis for unidentified A
+        lo, hi = unit.predict_interval(c_ref, level, pooled_ref) if np.isfinite(c_ref) else (NAN, NAN)
+        unit.row.update(C_ref=c_ref, R_ref=unit.predict(c_ref) if np.isfinite(c_ref) else NAN,
+                        R_ref_lo=lo, R_ref_hi=hi)
+    _rank(points, units, margin, c_ref, options)
     pooled_target = pooled_sd([u.seed_predictions(target_compute) for u in units
                                if len(u.members) > 1]) if target_compute else None
     sd, dof = pooled["A"]
-    if dof and 2 * sd > margin:
-        notes.append(f"seeds spread A by ±{2 * sd:.3f} (2 x pooled sd, {dof} dof), wider than the"
-                     f" margin {margin} (paper: ±0.015 -> ±0.02); consider --margin {2 * sd:.3f}")
+    seed_note = (f"seeds spread A by ±{2 * sd:.3f} (2 x pooled sd, {dof} dof), wider than the"
+                 f" margin {margin} (paper: ±0.015 -> ±0.02); consider --margin {2 * sd:.3f}"
+                 if dof and 2 * sd > margin else None)
     for unit in units:
         if target_compute:
             lo, hi = unit.predict_interval(target_compute, level, pooled_target)
+            last = max((f.last_compute for f in unit.fits if f.fitted), default=NAN)
             unit.row.update(pred_target=unit.predict(target_compute), pred_target_lo=lo,
-                            pred_target_hi=hi, target_compute=float(target_compute))
+                            pred_target_hi=hi, target_compute=float(target_compute),
+                            target_beyond=float(target_compute) / last if last > 0 else NAN)
         if unit.row["level"] == "arm":
             for m in unit.members:
-                rows[m]["rank"] = unit.row["rank"]
+                rows[m]["rank"], rows[m]["_pos"] = unit.row["rank"], unit.row.get("_pos", NAN)
                 if target_compute:
                     fit = fits[m]
                     rows[m]["pred_target"] = fit.predict(target_compute) if fit.fitted else NAN
-    if target_compute:        # "which recipe wins at my budget?": rank units by R(C*)
-        by_budget = pd.Series([u.row["pred_target"] for u in units]).rank(ascending=False, method="min")
-        for unit, rank in zip(units, by_budget):
+    if target_compute:        # "which recipe wins at my budget?": rank units by R(C*), with ties
+        rank_target, _, _ = tie_ranks([u.row["pred_target"] for u in units], [u.row["pred_target_lo"] for u in units],
+                                      [u.row["pred_target_hi"] for u in units], margin)
+        for unit, rank in zip(units, rank_target):
             unit.row["rank_target"] = rank
     table = pd.DataFrame([u.row for u in units if u.row["level"] == "arm"] + list(rows.values()))
+    if "_pos" not in table.columns:
+        table["_pos"] = NAN
     table["_arm_first"] = table["level"].ne("arm")
-    table = table.sort_values(["rank", "arm", "_arm_first", "run"], na_position="last", kind="stable")
-    table = table.drop(columns="_arm_first").reset_index(drop=True)
+    table = table.sort_values(["_pos", "arm", "_arm_first", "run"], na_position="last", kind="stable")
+    table = _hide_unidentified_a(table.drop(columns=["_arm_first", "_pos"]).reset_index(drop=True))
     front = [c for c in FRONT if c in table.columns]
     table = table[front + [c for c in table.columns if c not in front]]
-    table.attrs["notes"] = notes
+    notes, warnings = _notes(table, units, fits, c_ref, target_compute, margin)
+    table.attrs["notes"] = notes + ([seed_note] if seed_note else [])
+    table.attrs["warnings"] = warnings
     return table
-
-
-def _cell(row, p, fmt):
-    v, lo, hi = row.get(p, NAN), row.get(f"{p}_lo", NAN), row.get(f"{p}_hi", NAN)
-    if not np.isfinite(v):
-        return "-"
-    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if np.isfinite(lo) else f"{v:{fmt}}"
-
-
-def _axis_value(value):
-    if value is None or value != value:
-        return ""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def _text_table(cells, left):
-    """Columns padded to width: text columns left-aligned, numbers right-aligned."""
-    columns = list(dict.fromkeys(k for c in cells for k in c))
-    width = {k: max(len(k), *(len(c.get(k, "")) for c in cells)) for k in columns}
-    pad = lambda k, v: v.ljust(width[k]) if k in left else v.rjust(width[k])   # noqa: E731
-    rows = [[pad(k, k) for k in columns]] + [[pad(k, c.get(k, "")) for k in columns] for c in cells]
-    return "\n".join("  ".join(r).rstrip() for r in rows)
-
-
-def format_leaderboard(board, axes=(), max_rows=60):
-    """The ranked table as plain text, with each non-ok status explained underneath.
-
-    A is never printed for A_unidentified rows (it sits on a bound or is unsupported by
-    the data); their interval, if any, is in leaderboard.csv.
-    """
-    if board.empty:
-        return "(no runs)"
-    lines, cells = [], []
-    multi_seed_arms = set(board.loc[board["level"] == "arm", "arm"])
-    for row in board.head(max_rows).to_dict("records"):
-        identified = row["status"] in USABLE
-        cell = {
-            "rank": f"{int(row['rank'])}" if np.isfinite(row.get("rank", NAN)) else "-",
-            "run": ("  " if row["level"] == "run" and row["arm"] in multi_seed_arms else "") + str(row["run"]),
-            "status": row["status"],
-            "A [95%]": _cell(row, "A", ".3f") if identified else ("not identified" if np.isfinite(row["A"]) else "-"),
-            "B [95%]": _cell(row, "B", ".2f") if np.isfinite(row.get("B", NAN)) else "-",
-            "C_mid": f"{row['C_mid']:.3g}" if np.isfinite(row.get("C_mid", NAN)) else "-",
-            "R0": f"{row['R0']:.3f}" if np.isfinite(row.get("R0", NAN)) else "-",
-            "pts": f"{int(row['n_points'])}",
-        }
-        if np.isfinite(row.get("B_common", NAN)):
-            cell["B@common A"] = f"{row['B_common']:.2f}"
-        if "pred_target" in row and np.isfinite(row.get("pred_target", NAN)):
-            cell["R(C*) [95%]"] = _cell({"p": row["pred_target"], "p_lo": row.get("pred_target_lo", NAN),
-                                         "p_hi": row.get("pred_target_hi", NAN)}, "p", ".3f")
-        if "pred_final" in row:
-            cell["pred/obs final"] = (f"{row['pred_final']:.3f}/{row['obs_final']:.3f}"
-                                      if np.isfinite(row["pred_final"]) else "-")
-        for axis in axes:
-            cell[axis] = _axis_value(row.get(axis))
-        cells.append(cell)
-    lines.append(_text_table(cells, left={"run", "status"} | set(axes)))
-    if len(board) > max_rows:
-        lines.append(f"... {len(board) - max_rows} more rows in leaderboard.csv")
-    explained = board[~board["status"].isin(USABLE) & (board["reasons"].fillna("") != "")]
-    for row in explained.head(max_rows).itertuples():
-        lines.append(f"  {row.run}: {row.status} - {row.reasons}")
-    lines += [f"note: {n}" for n in board.attrs.get("notes", [])]
-    return "\n".join(lines)

@@ -13,44 +13,64 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import io
+from analysis import io, outputs
 from analysis import plots as draw
 from analysis.extrapolation import extrapolation_check
 from analysis.fit import FitOptions
 from analysis.leaderboard import MARGIN, format_leaderboard, leaderboard
 from analysis.runs import axis_columns, curves, fit_runs
 
-FORECAST_OPTIONS = FitOptions(n_boot=0)    # extrapolate scores the point fit: skip the bootstrap
+LEADERBOARD_COLUMNS = ["run", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi", "C_mid",
+                       "C_mid_lo", "C_mid_hi", "R0", "n_points", "last_compute"]
+FORECAST_OPTIONS = FitOptions()   # the same bootstrap as `fit` and a sweep's end: every forecast has an interval
 AXIS_LABELS = {"compute": "training compute (FLOPs)", "device_hours": "device-hours",
                "tokens": "generated tokens"}
 
 
-def _load(source, axis, metrics=(io.REWARD_KEY,)):
-    """The points table of `source`; InputError if it holds no runs (nothing is written then)."""
+def _load(source, axis, metrics=(io.REWARD_KEY,), runs=None):
+    """The points table of `source` (only the run directories `runs`, if given); InputError if
+    it holds no runs (nothing is written then)."""
     points = source.copy() if isinstance(source, pd.DataFrame) else io.read_points(source, axis=axis, metrics=metrics)
+    if runs is not None and not points.empty and "run_dir" in points.columns:
+        keep = {str(Path(r).resolve()) for r in runs}
+        points = points[points["run_dir"].map(lambda d: str(Path(d).resolve()) in keep)].reset_index(drop=True)
     if points.empty:
         raise io.InputError(f"no runs found in {source}: nothing to fit"
                             + ("" if isinstance(source, pd.DataFrame) else "; any earlier results are left as they were"))
     return points
 
 
+def _run_ids(points):
+    """What identifies the analysed runs in analysis.json: run directories, else run names."""
+    if "run_dir" in points.columns and points["run_dir"].notna().all():
+        return sorted({str(Path(d).resolve()) for d in points["run_dir"]})
+    return sorted(set(points["run"].astype(str))) if "run" in points.columns else []
+
+
 def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="compute", margin=MARGIN,
-                  target_compute=None, plots="all", wandb=False, wandb_project="scalerl-analysis",
-                  wandb_group=None, quiet=False, metrics=(io.REWARD_KEY,)):
+                  target_compute=None, plots="all", runs=None, wandb=False, wandb_project="scalerl-analysis",
+                  wandb_group=None, wandb_settings=None, quiet=False, metrics=(io.REWARD_KEY,)):
     """Fit every run of a sweep (directory, points CSV or points DataFrame); returns the leaderboard.
 
     metrics: the metrics.jsonl column(s) to fit (default pass_rate). Several, or a pattern
     such as 'pass_rate/*', fit one curve per metric and run (a mix's per-task curves).
     options: the fit settings (FitOptions); margin, target_compute: the ranking's.
+    runs: only these run directories of a sweep directory (the end of a sweep ranks its own
+    arms, not whatever else shares the folder); None: every run found.
     Writes out_dir/leaderboard.csv and, unless plots="none", out_dir/overview.png,
-    out_dir/params.png and (plots="all") one out_dir/run-<run>.png per run.
-    wandb=True also logs a summary W&B run (offline unless configured; see report.py).
+    out_dir/params.png and (plots="all") one out_dir/run-<run>.png per run.  Result files
+    of a different analysis already there move to out_dir/previous/ first (analysis.outputs).
+    wandb=True also logs a summary W&B run (offline unless configured; see report.py);
+    wandb_settings: more settings for it (entity, mode, tags, name; quiet, which defaults to `quiet`).
     """
     out = Path(out_dir)
-    points = _load(path, axis, tuple(metrics))
+    points = _load(path, axis, tuple(metrics), runs)
+    settings = {**asdict(options), "axis": axis, "margin": margin, "target_compute": target_compute, "plots": plots,
+                "metrics": list(metrics)}
+    outputs.claim(out, "fit", _run_ids(points), settings, quiet=quiet)
     fits = fit_runs(points, options)
     board = leaderboard(points, fits, options, margin=margin, target_compute=target_compute)
-    io.write_csv(board, out / "leaderboard.csv")
+    written = [io.write_csv(board, out / "leaderboard.csv")]
     figures = []
     is_dir = not isinstance(path, pd.DataFrame) and Path(path).is_dir()
     title = Path(str(path)).name if not isinstance(path, pd.DataFrame) else "sweep"
@@ -59,21 +79,24 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
         data = curves(points)
         figures.append(io.save_figure(draw.plot_overview(board, fits, data, title=title, axis_label=label),
                                       out / "overview.png"))
-        figures.append(io.save_figure(draw.plot_params(board, margin=margin, title=title), out / "params.png"))
+        figures.append(io.save_figure(draw.plot_params(board, margin=margin, title=title, level=options.level),
+                                      out / "params.png"))
         if plots == "all":
             for run, fit in fits.items():
                 fig = draw.plot_run(fit, *data[run], title=run, axis_label=label, target_compute=target_compute)
-                io.save_figure(fig, out / f"run-{io.safe_name(run)}.png")
+                written.append(io.save_figure(fig, out / f"run-{io.safe_name(run)}.png"))
+    written += figures
+    outputs.record(out, "fit", _run_ids(points), settings, written)
     if not quiet:
         print(format_leaderboard(board, axes=axis_columns(points)))
-        print(f"\nwrote {out / 'leaderboard.csv'}" + (f" and {len(figures)} summary plots" if figures else ""))
+        n_run = len(written) - len(figures) - 1
+        names = ["leaderboard.csv"] + [f.name for f in figures] + ([f"{n_run} run plots (run-*.png)"] if n_run else [])
+        print(f"\nwrote {len(written)} files in {out}: {', '.join(names)}")
     if wandb:
         from analysis.report import log_report
         source = "dataframe" if isinstance(path, pd.DataFrame) else str(path)
         log_report(board, figures, out_dir=out, project=wandb_project, group=wandb_group or title,
-                   config={**asdict(options), "source": source, "axis": axis, "margin": margin,
-                           "target_compute": target_compute, "metrics": list(metrics)},
-                   quiet=quiet)
+                   config={**settings, "source": source}, **{"quiet": quiet, **(wandb_settings or {})})
     return board
 
 
@@ -81,8 +104,9 @@ def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS,
                           axis="compute", n_final=3, plots="all", quiet=False, metrics=(io.REWARD_KEY,)):
     """Fit each run on its first `fraction` of compute, compare with its final evals.
 
-    options: the fit settings; the default skips the bootstrap (FORECAST_OPTIONS), and
-    options.fit_until must be None since `fraction` sets it per run.
+    options: the fit settings; the default is `fit`'s, bootstrap included (FORECAST_OPTIONS),
+    so every forecast has an interval; options.fit_until must be None since `fraction`
+    sets it per run.
     Writes out_dir/extrapolation.csv (and extrapolation.png); returns the ExtrapolationCheck.
     """
     if not 0.0 < fraction < 1.0:     # 1 would score the fit on the very points it was fitted to
@@ -91,10 +115,13 @@ def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS,
         raise ValueError(f"n_final must be an integer >= 1, got {n_final!r}")
     out = Path(out_dir)
     points = _load(path, axis, tuple(metrics))
+    settings = {**asdict(options), "axis": axis, "fraction": fraction, "n_final": n_final, "metrics": list(metrics)}
+    outputs.claim(out, "extrapolate", _run_ids(points), settings, quiet=quiet)
     check = extrapolation_check(points, fraction, options, n_final=n_final)
-    io.write_csv(check.per_run, out / "extrapolation.csv")
+    written = [io.write_csv(check.per_run, out / "extrapolation.csv")]
     if plots != "none":
-        io.save_figure(draw.plot_extrapolation(check.per_run, check.aggregate), out / "extrapolation.png")
+        written.append(io.save_figure(draw.plot_extrapolation(check.per_run, check.aggregate), out / "extrapolation.png"))
+    outputs.record(out, "extrapolate", _run_ids(points), settings, written)
     if not quiet:
         print(check.report())
     return check

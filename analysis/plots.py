@@ -1,4 +1,5 @@
-"""Figures for a sweep: one per run, an overview on a log-compute axis, and A/B bars.
+"""Figures for a sweep: one per run, an overview on a log-compute axis, and the fitted
+parameters with their intervals.
 
 Every function returns a matplotlib Figure built without pyplot (so no global state and
 no GUI backend: Figure renders through Agg); `analysis.io.save_figure` writes the PNG.
@@ -17,7 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.fit import USABLE
+from analysis.board_text import ranked_units
+from analysis.fit import USABLE, FitOptions
 
 STYLE = {
     "font.size": 10, "axes.titlesize": 11, "axes.titleweight": "bold", "axes.labelsize": 10,
@@ -131,9 +133,15 @@ def plot_run(fit, compute, reward, *, title, axis_label="compute", target_comput
 
 def _units(board):
     """The ranked entries: arm rows for arms with 2+ seeds, run rows otherwise; best first."""
-    multi = set(board.loc[board["level"] == "arm", "arm"])
-    units = board[(board["level"] == "arm") | ~board["arm"].isin(multi)]
-    return units.sort_values("rank", na_position="last", kind="stable")
+    return ranked_units(board).sort_values("rank", na_position="last", kind="stable")
+
+
+def _rank_labels(units):
+    """'#1 name', with '#1=' for a rank that tied rows share."""
+    ranks = units["rank"].to_numpy(float)
+    shared = {r for r in ranks[np.isfinite(ranks)] if (ranks == r).sum() > 1}
+    return [f"#{int(r)}{'=' if r in shared else ''} {n}" if np.isfinite(r) else str(n)
+            for r, n in zip(ranks, units["run"])]
 
 
 def plot_overview(board, fits, data, *, title="sweep", axis_label="compute", max_legend=20):
@@ -159,11 +167,10 @@ def plot_overview(board, fits, data, *, title="sweep", axis_label="compute", max
                 start = fit.min_compute if fit.min_compute > 0 else x_lo
                 _draw_curve(ax, fit, max(x_lo, start / 3), x_hi, color, band=False)
         handles, labels = [], []
-        for unit in units.head(max_legend).itertuples():
-            rank = f"#{int(unit.rank)} " if np.isfinite(unit.rank) else ""
-            value = f"A={unit.A:.3f}" if unit.status in USABLE else unit.status
+        for unit, label in zip(units.head(max_legend).itertuples(), _rank_labels(units.head(max_legend))):
+            value = f"A={_interval(unit.A, unit.A_lo, unit.A_hi)}" if unit.status in USABLE else unit.status
             handles.append(Line2D([], [], color=palette[unit.arm], linewidth=2))
-            labels.append(f"{rank}{unit.run}  ({value})")
+            labels.append(f"{label}  ({value})")
         if len(units) > max_legend:
             handles.append(Line2D([], [], linestyle="none"))
             labels.append(f"... {len(units) - max_legend} more in leaderboard.csv")
@@ -177,44 +184,60 @@ def plot_overview(board, fits, data, *, title="sweep", axis_label="compute", max
     return fig
 
 
-def plot_params(board, *, margin=0.02, title="sweep"):
-    """Horizontal bars of A and B with their intervals, best rank on top."""
+def _param_panels(units):
+    """(column, title, colour) of each panel: A and B, plus R(C_ref) when the board has it."""
+    panels = [("A", "A (asymptote)", "#4c72b0"), ("B", "B (efficiency exponent)", "#55a868")]
+    if "R_ref" in units.columns and np.isfinite(units["R_ref"].astype(float)).any():
+        c_ref = float(units["C_ref"].dropna().iloc[0])
+        panels.append(("R_ref", f"reward at C_ref = {c_ref:.3g}", "#8172b2"))
+    return panels
+
+
+def plot_params(board, *, margin=0.02, title="sweep", level=None):
+    """Each parameter as a dot with its interval (whiskers), best rank on top.
+
+    Only values that carry an interval are drawn: A_unidentified rows have no A (the row
+    says so), and a value without an interval (no bootstrap) is named, not drawn.  Tied
+    rows share a rank ("#1="); the A panel shades the tie margin below the best A.
+    """
     units = _units(board)
-    units = units[np.isfinite(units["A"].astype(float))]
+    shown = ["A", "B"] + (["R_ref"] if "R_ref" in units.columns else [])
+    units = units[np.isfinite(units[shown].astype(float)).any(axis=1) | (units["status"] == "A_unidentified")]
+    panels = _param_panels(units)
     with matplotlib.rc_context(STYLE):
         n = max(len(units), 1)
-        fig = Figure(figsize=(10.0, 1.4 + 0.34 * n), layout="constrained")
-        ax_a, ax_b = fig.subplots(1, 2, sharey=True, gridspec_kw={"wspace": 0.08})
+        fig = Figure(figsize=(4.2 * len(panels) + 1.5, 1.5 + 0.36 * n), layout="constrained")
+        axes = fig.subplots(1, len(panels), sharey=True)
         if units.empty:
-            ax_a.text(0.5, 0.5, "no fitted runs", ha="center", transform=ax_a.transAxes)
+            axes[0].text(0.5, 0.5, "no fitted runs", ha="center", transform=axes[0].transAxes)
             return fig
         y = np.arange(len(units))[::-1]
-        ok = units["status"].isin(USABLE).to_numpy()
-        names = [f"#{int(r)} {n}" if np.isfinite(r) else n for r, n in zip(units["rank"], units["run"])]
-        for ax, p in ((ax_a, "A"), (ax_b, "B")):
-            v = units[p].to_numpy(float)
-            lo = np.nan_to_num(v - units[f"{p}_lo"].to_numpy(float), nan=0.0).clip(min=0)
-            hi = np.nan_to_num(units[f"{p}_hi"].to_numpy(float) - v, nan=0.0).clip(min=0)
-            colr = np.where(ok, "#4c72b0" if p == "A" else "#55a868", "#d9d9d9")
-            ax.barh(y, v, color=colr, height=0.66, hatch=None, edgecolor="white")
-            ax.errorbar(v[ok], y[ok], xerr=[lo[ok], hi[ok]], fmt="none", ecolor="black", capsize=2.5, lw=1)
-            for yi in y[~ok]:
-                ax.text(0.01, yi, "not identified", va="center", fontsize=8, color=BAD,
+        for ax, (col, name, colr) in zip(axes, panels):
+            v = units[col].to_numpy(float)
+            lo, hi = units[f"{col}_lo"].to_numpy(float), units[f"{col}_hi"].to_numpy(float)
+            drawn = np.isfinite(v) & np.isfinite(lo) & np.isfinite(hi)
+            ax.errorbar(v[drawn], y[drawn], xerr=[(v - lo)[drawn].clip(min=0), (hi - v)[drawn].clip(min=0)],
+                        fmt="o", color=colr, ecolor=colr, elinewidth=1.6, capsize=3, markersize=5)
+            for yi, value, status in zip(y[~drawn], v[~drawn], units["status"].to_numpy()[~drawn]):
+                why = ("not identified" if col == "A" and status == "A_unidentified"
+                       else "no interval" if np.isfinite(value) else "-")
+                ax.text(0.02, yi, why, va="center", fontsize=8, color=BAD if why != "-" else GREY,
                         transform=ax.get_yaxis_transform())
-            ax.set_title("A (asymptote)" if p == "A" else "B (efficiency exponent)")
+            ax.set_title(name)
+            ax.set_xlabel(col)
             ax.grid(axis="y", visible=False)
-        if ok.any():
-            best = units.loc[ok, "A"].max()
-            ax_a.axvspan(best - margin, best, color="#4c72b0", alpha=0.12, linewidth=0,
-                         label=f"within {margin} of the best (tie margin)")
-            ax_a.legend(loc="lower left", bbox_to_anchor=(0.0, 1.06), fontsize=8)
-            lo_x = np.nanmin(units["A_lo"].where(ok, units["A"]).to_numpy(float))
-            ax_a.set_xlim(max(0.0, lo_x - 0.05), min(1.0, np.nanmax(units["A_hi"].to_numpy(float)) + 0.03))
-        ax_a.set_yticks(y, names)
-        ax_a.set_ylim(-0.6, len(units) - 0.4)
-        ax_b.set_xlabel("B")
-        ax_a.set_xlabel("A")
-        fig.suptitle(f"{title}: fitted parameters (bars: estimate, whiskers: interval)", fontweight="bold")
+            if not drawn.any():                 # nothing to scale an axis on: say so instead
+                ax.set_xticks([])
+                ax.set_xlabel(f"{col}: no value with an interval")
+            if col == "A" and drawn.any():
+                best = v[drawn].max()
+                ax.axvspan(best - margin, best, color=colr, alpha=0.12, linewidth=0,
+                           label=f"within {margin} of the best (tie margin)")
+                ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.08), fontsize=8)
+        axes[0].set_yticks(y, _rank_labels(units))
+        axes[0].set_ylim(-0.6, len(units) - 0.4)
+        fig.suptitle(f"{title}: fitted parameters (dot: estimate, whiskers: {100 * (level or FitOptions.level):.0f}% interval;"
+                     " '#k=' marks a shared rank)", fontweight="bold")
     return fig
 
 

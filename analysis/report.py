@@ -54,17 +54,20 @@ def _plain(value):
 
 
 def log_report(board, figures, *, out_dir, project="scalerl-analysis", group=None,
-               name="analysis", config=None, mode=None, quiet=False):
+               name="analysis", config=None, mode=None, entity=None, tags=(), quiet=False):
     """One W&B run holding the leaderboard (wandb.Table), the PNGs (wandb.Image) and,
-    per ranked row, its fitted parameters as summary values `fit/<run>/<param>`."""
+    per ranked row, its fitted parameters as summary values `fit/<run>/<param>`.
+
+    At the end of a scalerl sweep this is the sweep's summary run: same project, entity
+    and group as its arms, `job_type="analysis"`, tagged `summary`."""
     import wandb
 
     mode = mode or wandb_mode()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=project, group=group, name=name, job_type="analysis", dir=str(out_dir),
-                     mode=mode, config=dict(config or {}), reinit="create_new",
-                     settings=wandb.Settings(silent=quiet, console="off"))
+    run = wandb.init(project=project, entity=entity, group=group, name=name, job_type="analysis", dir=str(out_dir),
+                     mode=mode, config=dict(config or {}), reinit="create_new", tags=list(tags),
+                     settings=wandb.Settings(silent=True, console="off"))   # its banner adds nothing to `sync`
     try:
         table = board.copy()
         for col in table.columns:            # W&B tables want one type per column

@@ -5,6 +5,7 @@ One row per eval point.  Columns:
     compute    required  the x-axis: training FLOPs by default, or device-hours or tokens
     reward     required  held-out pass rate in [0, 1] (the paper's R)
     step, epoch, r0, seed, arm, run_status, loss_clamp, error    optional, per run or point
+    study, train_steps   optional, per run: where a run was trained, and for how many steps
     anything else        an axis of the sweep (loss, precision, ...), constant per run
 The step-0 eval (compute 0) is R0.  A run whose summary says it failed keeps one row with
 NaN compute so that it still shows on the leaderboard.
@@ -23,7 +24,7 @@ REQUIRED = ("run", "compute", "reward")
 RESERVED = frozenset({
     "run", "compute", "reward", "step", "epoch", "r0", "seed", "arm", "run_status",
     "loss_clamp", "error", "run_dir", "level", "device_hours", "tokens", "pass_rate",
-    "config_hash"})
+    "config_hash", "study", "train_steps"})
 RUN_FAILED = "failed"           # summary.json status that means "do not fit"
 
 
@@ -55,6 +56,8 @@ def run_table(points):
     points = validate(points)
     axes = axis_columns(points)
     extra = [c for c in ("arm", "seed", "run_status", "loss_clamp", "error") if c in points.columns]
+    where = [c for c in ("study", "train_steps") if c in points.columns]
+    extra += where
     runs = points.groupby("run", sort=False)[extra + axes].first().reset_index()
     if "arm" not in runs.columns or runs["arm"].isna().all():
         if "seed" in runs.columns and axes:
@@ -65,7 +68,7 @@ def run_table(points):
     for col in ("seed", "run_status", "loss_clamp", "error"):
         if col not in runs.columns:
             runs[col] = np.nan
-    return runs[["run", "arm", "seed", "run_status", "loss_clamp", "error"] + axes]
+    return runs[["run", "arm", "seed", "run_status", "loss_clamp", "error"] + where + axes]
 
 
 def run_seed(run, seed):

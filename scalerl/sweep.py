@@ -7,6 +7,7 @@ Laptop (no GPU, no downloads; the embedded tiny model and task)::
     python -m scalerl.sweep -m sweep=loo                 # a study file from sweeps/
     python -m scalerl.sweep -m sweep=loo --status        # done/running/failed/pending per arm
     python -m scalerl.sweep -m sweep=loo --dry-run       # expand and validate, launch nothing
+    python -m scalerl.sweep --help                       # groups, studies, flags (composes nothing)
 
 SLURM cluster (same command plus a launcher)::
 
@@ -17,7 +18,20 @@ Relaunching any of these skips finished arms and resumes unfinished ones.
 """
 from __future__ import annotations
 
-from scalerl.launch.app import main
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:  # scalerl's own help: no Hydra, no composition, no torch
+        from scalerl.launch.cli_help import print_help
+
+        print_help()
+        return
+    from scalerl.launch.app import main as run
+
+    run(argv)
+
 
 if __name__ == "__main__":
     main()

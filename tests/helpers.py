@@ -98,3 +98,9 @@ class ForkedCli:
 # metrics.jsonl / steps.jsonl fields that depend on the wall clock: left out when runs are compared
 VOLATILE = ("wall_s", "device_hours", "tokens_per_s", "step_time_s", "samples_per_s", "trainer_idle_frac",
             "generator_idle_frac", "push_time_s", "queue_depth")
+
+
+def arms(sweep: Path) -> list[Path]:
+    """A sweep directory's run directories (each has the launch record its sweep wrote first),
+    not its other folders (``previous/``: results moved aside, ``.submitit``)."""
+    return sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "launch.json").exists())

@@ -65,8 +65,9 @@ def test_a_new_loss_added_as_the_readme_says_trains_and_is_ranked(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "scalerl.sweep", *args], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    board = pd.read_csv(tmp_path / "out" / "sweeps" / "default" / "leaderboard.csv")
+    (home,) = (tmp_path / "out" / "sweeps").iterdir()       # the sweep's home, named from its overrides
+    board = pd.read_csv(home / "leaderboard.csv")
     assert set(board["loss"]) == {"toy", "cispo"}
-    toy_dir = next((tmp_path / "out" / "sweeps" / "default").glob("loss=toy,*"))
+    toy_dir = next(home.glob("loss=toy,*"))
     assert (toy_dir / "config.yaml").read_text().count("name: toy") == 1
     assert "scale: 1.0" in (toy_dir / "config.yaml").read_text()

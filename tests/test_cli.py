@@ -56,8 +56,8 @@ def test_kill_and_resume_loses_and_duplicates_no_eval_point(tmp_path):
 def test_multirun_of_two_arms_then_relaunch_skips(tmp_path):
     args = ["-m", "loss=cispo,dapo", "train.steps=4", "train.eval_every=2", "logger=none"]
     run_cli(args, tmp_path)
-    sweep = tmp_path / "sweeps" / "default"
-    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    sweep = tmp_path / "sweeps" / "loss=cispo,dapo+train.eval_every=2+train.steps=4"   # named from its overrides
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.startswith("loss="))
     assert [p.name.split(",")[0] for p in runs] == ["loss=cispo", "loss=dapo"]
     for p in runs:
         assert (p / "config.yaml").exists() and (p / "summary.json").exists()
@@ -84,7 +84,7 @@ def test_failed_arm_is_reported_and_only_it_reruns(tmp_path):
     first = run_cli(args, tmp_path / "out", check=False)
     assert first.returncode == 1
     assert "FAILED" in first.stdout and "train.device" in first.stdout and "log:" in first.stdout
-    board = pd.read_csv(tmp_path / "out" / "sweeps" / "mixed" / "leaderboard.csv")
+    board = pd.read_csv(tmp_path / "out" / "sweeps" / "mixed+train.eval_every=2+train.steps=2" / "leaderboard.csv")
     assert sorted(board["status"].str.contains("failed")) == [False, True]
     second = run_cli(args, tmp_path / "out", check=False)
     assert "launching 1 arm(s); 1 already done" in second.stdout
@@ -108,7 +108,7 @@ def test_wandb_offline_run_keeps_its_id_across_a_resume(tmp_path):
 
 def test_every_recipe_runs_end_to_end(tmp_path):
     run_cli(["-m", "sweep=recipes", "train.steps=3", "train.eval_every=3", "logger=none"], tmp_path)
-    runs = [p for p in (tmp_path / "sweeps" / "recipes").iterdir() if p.is_dir()]
+    runs = [p for p in (tmp_path / "sweeps" / "recipes+train.eval_every=3+train.steps=3").iterdir() if p.is_dir()]
     recipes = {yaml.safe_load((p / "config.yaml").read_text())["recipe"] for p in runs}
     assert recipes == {"scalerl", "deepseek_grpo", "qwen_dapo", "magistral", "minimax"}
     for p in runs:

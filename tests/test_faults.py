@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers import REPO, VOLATILE, ForkedCli, popen_cli, read_rows, run_cli, wait_for
+from helpers import REPO, VOLATILE, ForkedCli, arms, popen_cli, read_rows, run_cli, wait_for
 
 from scalerl.core.liveness import process_alive
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 # Synchronous: a pipeline_rl resume regenerates the batches in flight with newer weights, by
 # design (docs/async.md), so only a sync run can be compared bit for bit after a kill.
 RUN = ["train.steps=8", "train.eval_every=4", "train.ckpt_every=2", "train.threads=1", "logger=none", "async=sync"]
-SWEEP = ["-m", "loss=cispo,dapo", *RUN, "hydra.sweeper.n_boot=10"]
+SWEEP = ["-m", "loss=cispo,dapo", *RUN, "hydra.sweeper.n_boot=10", "study=default"]
 KILLED = -signal.SIGKILL
 # The order in which a run passes its fail points within one step (kill points are chosen in this order).
 PHASES = ["steps.append", "steps.torn", "steps.appended", "eval", "metrics.append", "metrics.torn",
@@ -109,9 +109,6 @@ def concurrent(tmp_path_factory) -> tuple[Path, list]:
     outs = [p.communicate(timeout=900)[0] for p in procs]
     return out / "sweeps" / "default", [(p.returncode, o) for p, o in zip(procs, outs)]
 
-
-def arms(sweep: Path) -> list[Path]:
-    return sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def test_two_sweeps_on_one_directory_at_once_share_the_arms_and_both_succeed(concurrent):

@@ -12,12 +12,14 @@ ACTIONS = ("run", "status", "dry-run")
 
 
 class ScalerlSweeper(Sweeper):
-    def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: int = 100):
+    def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: Optional[int] = None,
+                 reuse: bool = True):
         if action not in ACTIONS:
             raise ValueError(f"hydra.sweeper.action must be one of {ACTIONS}, got {action!r}")
         self.action = action
         self.leaderboard = leaderboard
-        self.n_boot = n_boot
+        self.n_boot = n_boot        # None: the analysis default, the same as `python -m analysis fit`
+        self.reuse = reuse          # link finished runs of the same config hash from other studies
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None

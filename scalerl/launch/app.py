@@ -3,10 +3,15 @@
 ``main`` turns scalerl's own flags into Hydra overrides and starts Hydra with
 scalerl's config tree; ``register`` is what every process that composes or
 resolves a scalerl config needs first (the entry point, and each launched
-job), so that importing scalerl's Hydra plugins registers nothing.
+job), so that importing scalerl's Hydra plugins registers nothing. Shell
+completion queries for ``sweep=`` and ``hydra/launcher=`` are answered here
+(the study files, scalerl's launchers); the rest go to Hydra, minus the
+internal ``schema/*`` groups.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 
@@ -14,14 +19,20 @@ import hydra
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from scalerl.config import ConfigError, as_config_error
+from scalerl.config import as_config_error
 from scalerl.config.store import register_schemas
-from scalerl.core.paths import conf_dir
+from scalerl.core.errors import ConfigError
+from scalerl.core.paths import conf_dir, sweeps_dir
+from scalerl.launch.jobs import launchers
 from scalerl.launch.rundir import register_resolver
 from scalerl.launch.task import run_arm
 
 ACTIONS = {"--status": "status", "--dry-run": "dry-run"}
 """scalerl's flags: sweeper actions that launch nothing (they imply ``-m``)."""
+SWEEPER_FLAGS = {"--fresh": "hydra.sweeper.reuse=false"}
+"""scalerl's flags that set the sweeper (``--fresh``: never reuse runs from other studies)."""
+COMMAND = "scalerl-sweep"
+"""The installed command: Hydra's bash completion binds to a command, and ``python -m`` is not one."""
 
 
 def register() -> None:
@@ -31,19 +42,61 @@ def register() -> None:
 
 
 def hydra_argv(argv: list[str]) -> list[str]:
-    """``--status`` / ``--dry-run`` become ``hydra.sweeper.action=...`` on a multirun."""
-    args = [a for a in argv if a not in ACTIONS]
+    """``--status`` / ``--dry-run`` become ``hydra.sweeper.action=...`` on a multirun; ``--fresh``
+    becomes ``hydra.sweeper.reuse=false``."""
+    args = [a for a in argv if a not in ACTIONS and a not in SWEEPER_FLAGS]
     actions = [ACTIONS[a] for a in argv if a in ACTIONS]
     if actions:
         if not {"-m", "--multirun"} & set(args):
             args.insert(0, "-m")
         args.append(f"hydra.sweeper.action={actions[-1]}")
+    args += [SWEEPER_FLAGS[a] for a in argv if a in SWEEPER_FLAGS]
+    for a in args:
+        if a.startswith("hydra/sweeper=") and a.split("=", 1)[1] != "scalerl":
+            raise ConfigError("hydra/sweeper", f"{a.split('=', 1)[1]!r} bypasses scalerl's sweeper (validation,"
+                              " skipping finished arms, the leaderboard); only hydra/sweeper=scalerl is offered")
     return args
 
 
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
 """What bad input raises before anything runs: composing (an unknown option, a value of the wrong type,
 bad override syntax), validating, or planning a sweep."""
+
+
+def complete(line: str) -> list[str] | None:
+    """scalerl's own answers to a completion query (the last word of ``line``), or None for Hydra's."""
+    word = "" if not line or line.endswith(" ") else line.split()[-1]
+    if word.startswith("sweep="):
+        return [f"sweep={p.stem}" for p in sorted(sweeps_dir().glob("*.yaml"))]
+    if word.startswith("hydra/launcher="):
+        return [f"hydra/launcher={name}" for name in launchers()]
+    if word.startswith("hydra/sweeper="):
+        return ["hydra/sweeper=scalerl"]
+    if word.startswith("-"):
+        return [f for f in ("-m", "--multirun", "--dry-run", "--status", "--fresh", "--help", "--cfg") if f.startswith(word)]
+    return None
+
+
+def _shell_completion(argv: list[str], start) -> bool:
+    """Handle ``-sc install=bash`` / ``-sc query=bash``; True when done."""
+    flag = next((i for i, a in enumerate(argv) if a in ("-sc", "--shell-completion")), None)
+    if flag is None or flag + 1 >= len(argv):
+        return False
+    request = argv[flag + 1]
+    if request.startswith("install="):
+        sys.argv[0] = COMMAND           # bind completion to the installed command, never to `python`
+        return False
+    if request.startswith("query="):
+        ours = complete(os.environ.get("COMP_LINE", ""))
+        if ours is not None:
+            print(" ".join(ours))
+            return True
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            start()
+        print(" ".join(w for w in buffer.getvalue().split() if not w.startswith("schema/")))
+        return True
+    return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,8 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     # unless HYDRA_FULL_ERROR is set, in which case it re-raises. We set it to receive the
     # error, so bad input prints one line naming the key and exits 2, whatever Hydra would do.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    start = hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(run_arm)
     try:
-        hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(run_arm)()
+        if not _shell_completion(sys.argv[1:], start):
+            start()
     except CONFIG_ERRORS as e:
         print(f"[scalerl] config error: {as_config_error(e)}", file=sys.stderr)
         sys.exit(2)

@@ -1,6 +1,6 @@
 """What every launcher does for each job, written once: the launch record, the
-result of a job that failed before it could report, and the data-parallel
-world size the launcher gives an arm."""
+result of a job that failed before it could report, the data-parallel world
+size the launcher gives an arm, and which launchers scalerl offers."""
 from __future__ import annotations
 
 import time
@@ -9,7 +9,9 @@ from pathlib import Path
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from scalerl.core.errors import ConfigError
 from scalerl.core.jsonio import write_json_atomic
+from scalerl.core.paths import conf_dir
 
 
 def write_launch_record(run_dir: Path, launcher: str, overrides, log: str, job_id=None) -> None:
@@ -32,3 +34,21 @@ def launcher_world_size(cfg: DictConfig) -> int:
     """Data-parallel ranks per arm under the configured launcher (SLURM: tasks per node x nodes)."""
     launcher = OmegaConf.select(cfg, "hydra.launcher", default=None) or {}
     return int(launcher.get("tasks_per_node") or 1) * int(launcher.get("nodes") or 1)
+
+
+def launchers() -> list[str]:
+    """The launchers scalerl offers (``conf/hydra/launcher/*.yaml``): each carries scalerl's failure
+    handling (every job waited for, a failed or cancelled one reported with its log, job ids
+    kept in launch.json)."""
+    return sorted(p.stem for p in (conf_dir() / "hydra" / "launcher").glob("*.yaml"))
+
+
+def check_launcher(config: DictConfig) -> None:
+    """Refuse a launcher without scalerl's failure handling: Hydra's own ``basic``, or
+    hydra-submitit-launcher's ``submitit_slurm`` (its ``launch`` stops the sweep at the first
+    failed job and records no job ids). scalerl's launchers are its plugin classes."""
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+    if not target.startswith("hydra_plugins.scalerl_plugins."):
+        choice = (OmegaConf.select(config, "hydra.runtime.choices", default=None) or {}).get("hydra/launcher", target)
+        raise ConfigError("hydra/launcher", f"{choice!r} bypasses scalerl's failure handling; "
+                          f"choose one of {launchers()} (e.g. hydra/launcher=slurm)")

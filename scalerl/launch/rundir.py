@@ -2,9 +2,16 @@
 its resolved config, so relaunching the same command finds the same
 directory, and a sweep can tell done, running, failed and pending arms apart
 without any database.
+
+Sweep identity follows the same idea: a sweep launched without ``study=`` gets
+a home named from its own overrides (``default_study``), so one command always
+finds its home again and two different commands never share one. A finished
+run is found by its config hash wherever it ran (``find_finished``) and linked
+into a new study instead of being trained again (``link_run``).
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -48,6 +55,40 @@ def tags(overrides) -> str:
     text = ",".join(kept) or "default"
     text = re.sub(r"[^A-Za-z0-9=,._-]+", "_", text)
     return text[:80]
+
+
+def default_study(study_files: list[str], overrides: list[str]) -> str:
+    """The study (and home ``outputs/sweeps/<study>/``) of a sweep launched without ``study=``.
+
+    The study files it expands plus its other overrides, sorted, e.g. ``loss=cispo,dapo,gspo``
+    or ``loss+train.steps=20``; bookkeeping overrides (launcher, logger, threads) do not count.
+    """
+    kept = sorted(o.lstrip("+~") for o in overrides if not TAG_SKIP.match(o.lstrip("+~")))
+    text = re.sub(r"[^A-Za-z0-9=,._+-]+", "_", "+".join([*study_files, *kept])) or "default"
+    return text if len(text) <= 80 else f"{text[:70]}-{stable_hash(text)}"
+
+
+def find_finished(config_hash: str, roots: list[Path], exclude: Path | None = None) -> Path | None:
+    """A finished run directory with this config hash in ``<root>/*/`` (a sweep's or the
+    single runs' home) or ``<root>/*/*/`` (``outputs/sweeps/<study>/``), never a link."""
+    skip = exclude.resolve() if exclude is not None else None
+    for root in roots:
+        for pattern in (f"*-{config_hash}", f"*/*-{config_hash}"):
+            for path in sorted(Path(root).glob(pattern)):
+                if path.is_symlink() or not path.is_dir() or path.resolve() == skip:
+                    continue
+                summary = read_json(path / "summary.json") or {}
+                if summary.get("status") == "done" and summary.get("config_hash") == config_hash:
+                    return path
+    return None
+
+
+def link_run(run_dir: Path, source: Path) -> None:
+    """``run_dir`` becomes a relative link to the finished ``source`` (an empty folder there is replaced)."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    if run_dir.is_dir() and not run_dir.is_symlink():
+        run_dir.rmdir()                       # only an empty one: the caller checked
+    os.symlink(os.path.relpath(source.resolve(), run_dir.parent.resolve()), run_dir, target_is_directory=True)
 
 
 def run_name(root: DictConfig) -> str:

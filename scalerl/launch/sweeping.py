@@ -1,15 +1,20 @@
 """What ``python -m scalerl.sweep -m ...`` does between parsing and launching.
 
 1. Expand the arms: comma lists (Cartesian, as in Hydra) crossed with the
-   explicit arms of any study file (``sweep=loo``).
+   explicit arms of any study file (``sweep=loo``). Without ``study=``, the
+   sweep's home is named from its own overrides (``rundir.default_study``), so
+   two different sweeps never share a folder, a leaderboard or a W&B group.
 2. Compose and validate every arm *before* launching anything, with the data-
    parallel world size its launcher gives it; a bad value fails here, naming
    the key.
 3. Look at each arm's run directory (named by config hash): skip finished
    arms, (re)launch pending, interrupted and failed ones, and wait for arms that
-   another live process trains (``launch_and_adopt``).
+   another live process trains (``launch_and_adopt``). A pending arm whose
+   config hash already finished in another study is linked in, not trained
+   again (``--fresh`` trains it anyway).
 4. When every arm has settled: report failures with their logs, and write the
-   leaderboard.
+   leaderboard of this sweep's arms, its W&B summary run and the sync hint
+   (``scalerl.launch.leaderboard``).
 """
 from __future__ import annotations
 
@@ -33,8 +38,8 @@ from scalerl.config.derive import derive
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import rundir
-from scalerl.launch.jobs import launcher_world_size
-from scalerl.launch.leaderboard import write_leaderboard
+from scalerl.launch.jobs import check_launcher, launcher_world_size
+from scalerl.launch.leaderboard import sweep_wandb, write_leaderboard
 from scalerl.launch.studies import load_study, merge
 
 LAUNCH_STATES = ("pending", "interrupted", "failed")
@@ -49,10 +54,19 @@ class Arm:
     state: str
     error: str | None = None
     key: str = "overrides"
+    reused_from: Path | None = None
+    """A finished run of the same config hash in another study, linked in at launch."""
+    wandb: dict | None = None
+    """The arm's W&B settings (project, entity, group, mode) when it logs to W&B."""
 
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    @property
+    def files(self) -> Path:
+        """Where the arm's files are now: its own directory, or the finished run it reuses."""
+        return self.reused_from if self.reused_from is not None and not self.run_dir.exists() else self.run_dir
 
 
 def expand_arms(arguments: list[str], config_loader) -> tuple[str | None, list[list[str]]]:
@@ -67,12 +81,12 @@ def expand_arms(arguments: list[str], config_loader) -> tuple[str | None, list[l
         else:
             rest.append(o)
     cartesian = [list(x) for batch in BasicSweeper.split_arguments(rest, None) for x in batch] or [[]]
-    if not study_names:
-        return None, cartesian
-    study, study_arms = load_study(study_names)
+    study, study_arms = (load_study(study_names) if study_names else (None, [[]]))
     arms = [merge(a, c) for a in study_arms for c in cartesian]
-    explicit_study = any(x.split("=", 1)[0] == "study" for x in arguments)
-    return study, [a if explicit_study else a + [f"study={study}"] for a in arms]
+    if any(x.split("=", 1)[0] == "study" for x in arguments):
+        return study, arms
+    home = rundir.default_study([Path(n).stem for n in study_names], [a for a in arguments if _key(a) != "sweep"])
+    return home, [a + [f"study='{home}'"] for a in arms]
 
 
 def job_config(cfg):
@@ -83,18 +97,47 @@ def job_config(cfg):
     return job
 
 
-def plan_arms(overrides_list: list[list[str]], config, config_loader) -> list[Arm]:
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: bool = True) -> list[Arm]:
     arms = []
     for overrides in overrides_list:
         try:
             cfg = config_loader.load_sweep_config(config, list(overrides))
             derive(validate(job_config(cfg)), world_size=launcher_world_size(cfg))
             run_dir = rundir.sweep_run_dir(cfg)
-            arms.append(Arm(list(overrides), run_dir, _state(run_dir)))
+            arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg))
+            if reuse and arm.state == "pending":
+                arm.reused_from = _finished_elsewhere(cfg, run_dir)
+                arm.state = "done" if arm.reused_from is not None else arm.state
+            elif not reuse and run_dir.is_symlink():        # --fresh: a linked-in run is trained here instead
+                arm.state = "pending"
+            arms.append(arm)
         except Exception as e:  # our checks, and Hydra's (unknown option, a key the option lacks, bad syntax)
             err = as_config_error(e)
             arms.append(Arm(list(overrides), Path(" ".join(overrides) or "default"), "invalid", str(err), err.key))
     return arms
+
+
+def _finished_elsewhere(cfg, run_dir: Path) -> Path | None:
+    """The same config hash, finished in another study or as a single run (an arm whose own
+    folder already holds files trains there instead)."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        return None
+    out_root = Path(str(cfg.out_root))
+    roots = list(dict.fromkeys([out_root / "sweeps", out_root / "runs", run_dir.parent.parent]))
+    return rundir.find_finished(rundir.config_hash(cfg), roots, exclude=run_dir)
+
+
+def _wandb_settings(cfg) -> dict | None:
+    """What the sweep's W&B summary run needs to join its arms: project, entity, group, mode."""
+    logger = cfg.logger
+    if str(logger.name) != "wandb":
+        return None
+    return {"project": logger.project, "entity": logger.entity, "group": logger.group or str(cfg.study),
+            "mode": logger.mode}
 
 
 def _state(run_dir: Path) -> str:
@@ -121,13 +164,15 @@ def print_table(arms: list[Arm], title: str) -> None:
     for col in ("#", "arm", "state", "step", "pass rate", "run dir"):
         table.add_column(col)
     for i, a in enumerate(arms):
-        prog = read_json(a.run_dir / "progress.json") or {}
-        summary = read_json(a.run_dir / "summary.json") or {}
+        prog = read_json(a.files / "progress.json") or {}
+        summary = read_json(a.files / "summary.json") or {}
         pr = summary.get("final_pass_rate", prog.get("pass_rate"))
         step = f"{prog.get('step', '-')}/{prog.get('total', '-')}" if prog else "-"
         color = {"done": "green", "failed": "red", "invalid": "red", "running": "yellow", "queued": "yellow"}.get(a.state, "")
-        table.add_row(str(i), " ".join(a.overrides) or "(defaults)", f"[{color}]{a.state}[/]" if color else a.state,
-                      step, "-" if pr is None else f"{pr:.3f}", str(a.run_dir))
+        state = a.state + (" (reused)" if a.reused_from is not None else "")
+        where = str(a.run_dir) + (f" -> {a.reused_from}" if a.reused_from is not None else "")
+        table.add_row(str(i), " ".join(o for o in a.overrides if not o.startswith("study=")) or "(defaults)",
+                      f"[{color}]{state}[/]" if color else state, step, "-" if pr is None else f"{pr:.3f}", where)
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
@@ -144,8 +189,9 @@ def check_launch_settings(sweeper) -> None:
         value = launcher.get(key) if key in launcher else None
         check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= least),
               f"hydra.launcher.{key}", f"must be an integer >= {least}, got {value!r}")
-    check(isinstance(sweeper.n_boot, int) and sweeper.n_boot >= 0, "hydra.sweeper.n_boot",
-          f"must be an integer >= 0, got {sweeper.n_boot!r}")
+    n_boot = sweeper.n_boot  # None: the analysis default, the same as `python -m analysis fit`
+    check(n_boot is None or (isinstance(n_boot, int) and not isinstance(n_boot, bool) and n_boot >= 0),
+          "hydra.sweeper.n_boot", f"must be an integer >= 0 (or null for the analysis default), got {n_boot!r}")
 
 
 def run_sweep(sweeper, arguments: list[str]) -> list:
@@ -154,10 +200,11 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and action == "run":
         raise ConfigError("hydra/launcher", "a sweep (-m) cannot run under torchrun: torchrun starts the ranks of one run "
                           "(drop -m), and hydra/launcher=slurm hydra.launcher.tasks_per_node=N gives every arm N ranks")
+    check_launcher(sweeper.config)
     loader = sweeper.hydra_context.config_loader
     check_launch_settings(sweeper)
     study, overrides_list = expand_arms(arguments, loader)
-    arms = plan_arms(overrides_list, sweeper.config, loader)
+    arms = plan_arms(overrides_list, sweeper.config, loader, reuse=getattr(sweeper, "reuse", True))
     parents = {a.run_dir.parent for a in arms if a.state != "invalid"}
     sweep_dir = parents.pop() if len(parents) == 1 else Path(str(sweeper.config.hydra.sweep.dir))
     bad = [a for a in arms if a.state == "invalid"]
@@ -168,6 +215,15 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     print_table(arms, f"{len(arms)} arm(s) in {sweep_dir}" + (f" (study {study})" if study else ""))
     if action in ("status", "dry-run"):
         return []
+    reused = [a for a in arms if a.reused_from is not None]
+    for a in reused:
+        rundir.link_run(a.run_dir, a.reused_from)
+    if reused:
+        print(f"[scalerl] reusing {len(reused)} finished run(s) of the same config hash from other studies "
+              "(linked in; --fresh trains such runs here instead)")
+    for a in arms:
+        if a.state in LAUNCH_STATES and a.run_dir.is_symlink():  # --fresh, or a reused run deleted since:
+            a.run_dir.unlink()                                     # train here (the link goes, not its target)
     returns = launch_and_adopt(arms, sweeper.launcher)
     failpoint("sweep.leaderboard")  # crash tests: every arm settled, no leaderboard yet
     failed = [(a, (read_json(a.run_dir / "summary.json") or {}).get("error")) for a in arms if a.state == "failed"]
@@ -260,5 +316,6 @@ def _report(arms: list[Arm], failed, sweep_dir: Path, sweeper) -> None:
         log = (read_json(arm.run_dir / "summary.json") or {}).get("log")
         print(f"[scalerl] FAILED {arm.name}: {str(err).splitlines()[0] if err else ''}\n          log: {log}")
     if sweeper.leaderboard:
-        write_leaderboard(sweep_dir, [a.run_dir for a in arms], n_boot=sweeper.n_boot)
+        write_leaderboard(sweep_dir, [a.run_dir for a in arms], n_boot=sweeper.n_boot,
+                          wandb=sweep_wandb([a.wandb for a in arms]))
 

@@ -151,7 +151,8 @@ def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train) -> dic
     t0 = time.time()
     try:
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(container))
-        result = train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict=container)
+        # the W&B run's config: the resolved config plus the run's identity (hashes, axes, clamp)
+        result = train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={**container, **meta})
     except BaseException as e:
         if not isinstance(e, (KeyboardInterrupt, SystemExit)):
             _record_failure(summary_path, {**meta, "status": "failed", "error": f"{type(e).__name__}: {e}",

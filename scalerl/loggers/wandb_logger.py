@@ -5,12 +5,20 @@ api.wandb.ai entry in ~/.netrc): laptops and clusters without network still
 get a complete local record, synced later with ``wandb sync``. The run id is
 kept in the run directory so a resumed or requeued run continues the *same*
 W&B run (many RL frameworks start a new one).
+
+Every chart of a metric is drawn against compute (``define_metric`` with
+``axis/compute`` as its step metric), the axis of the whole study; the
+namespaces are ``scalerl.loggers.base.namespaced``'s. The run carries the
+run's identity as config (``config_hash``, ``arm_hash``, ``loss_clamp``,
+``axes``, ``study``: written by the launch layer) and its axes and study as
+tags, so W&B can filter and group by them.
 """
 from __future__ import annotations
 
 import netrc
 import os
 import secrets
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -19,6 +27,19 @@ from scalerl.core.errors import check
 from scalerl.loggers.base import LoggerConfig
 
 MODES = ("auto", "offline", "online", "disabled")
+X_AXIS = "axis/compute"
+TAG_MAX = 64  # W&B rejects longer tags
+
+
+def run_tags(config: dict, extra=()) -> list[str]:
+    """The user's tags, then ``<axis>=<option>`` for every design axis and ``study=<study>``.
+    >>> run_tags({"axes": {"loss": "cispo", "batch": "default"}, "study": "loss"}, ["mine"])
+    ['mine', 'loss=cispo', 'batch=default', 'study=loss']
+    """
+    tags = [*extra, *(f"{k}={v}" for k, v in (config.get("axes") or {}).items())]
+    if config.get("study"):
+        tags.append(f"study={config['study']}")
+    return [t[:TAG_MAX] for t in dict.fromkeys(str(t) for t in tags)]
 
 
 @dataclass
@@ -55,6 +76,7 @@ class WandbLogger:
         self.cfg = cfg
         self.run = None
         self.run_id: Optional[str] = None
+        self.run_dir: Optional[Path] = None
         self.mode = resolve_mode(cfg.mode)
 
     def start(self, run_dir: Path, name: str, group: str, config: dict, run_id: Optional[str] = None):
@@ -65,11 +87,16 @@ class WandbLogger:
             run_id = id_file.read_text().strip()
         self.run_id = run_id or secrets.token_hex(4)
         id_file.write_text(self.run_id)
+        self.run_dir = Path(run_dir)
         self.run = wandb.init(
             project=self.cfg.project, entity=self.cfg.entity, group=self.cfg.group or group,
             name=name, id=self.run_id, resume="allow", config=config, dir=str(run_dir),
-            mode=self.mode, tags=list(self.cfg.tags), settings=wandb.Settings(silent=True),
+            mode=self.mode, tags=run_tags(config, self.cfg.tags), settings=wandb.Settings(silent=True),
         )
+        self.run.define_metric(X_AXIS)
+        for prefix in ("eval", "train", "progress"):
+            self.run.define_metric(f"{prefix}/*", step_metric=X_AXIS)
+        self.run.define_metric("eval/pass_rate", step_metric=X_AXIS, summary="max,last")
         return self.run_id
 
     def log(self, row: dict, step: int) -> None:
@@ -79,8 +106,11 @@ class WandbLogger:
     def finish(self) -> None:
         if self.run is None:
             return
-        run_dir = Path(self.run.dir).parent.parent if self.run.dir else None
         self.run.finish()
-        if self.mode == "offline" and run_dir is not None:
-            print(f"[scalerl] W&B run saved offline; upload with: wandb sync {run_dir}/wandb/offline-run-*")
+        if self.mode == "offline":
+            print(f"[scalerl] W&B run saved offline; upload with: {self.sync_command()}")
         self.run = None
+
+    def sync_command(self) -> str:
+        """``wandb sync`` for every offline session of this run (a resumed run has several)."""
+        return f"wandb sync {shlex.quote(str(self.run_dir))}/wandb/offline-run-*"

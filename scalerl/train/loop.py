@@ -32,7 +32,6 @@ Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -40,7 +39,8 @@ import torch
 
 from scalerl.config.derive import derive
 from scalerl.core.faults import failpoint
-from scalerl.core.jsonio import JsonlFile
+from scalerl.core.jsonio import JsonlFile, write_json_atomic
+from scalerl.loggers.base import namespaced
 from scalerl.train.checkpoint import check_finite, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import init_distributed, launched_world, shutdown
@@ -107,9 +107,12 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     logger = build_logger(cfg) if dist.main else None
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
-        (run_dir / "derived.json").write_text(_json(derived.to_dict() | {
-            "n_params": r.n_params, "threads": threads, "trainer_threads": torch.get_num_threads(),
-            "generator_devices": sched.generator_devices}))
+    static = derived.to_dict() | {"n_params": r.n_params, "threads": threads, "trainer_threads": torch.get_num_threads(),
+                                  "generator_devices": sched.generator_devices,
+                                  "flops_per_train_token": train_flops(r.n_params, 1),
+                                  "flops_per_gen_token": gen_flops(r.n_params, 1)}
+    if dist.main:
+        _write_derived(run_dir, static, state)
     progress = Progress(run_dir, run_name, cfg.train.steps, state["step"], enabled=dist.main)
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
 
@@ -126,7 +129,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         window.clear()
         if dist.main:
             metrics.append(row)
-            logger.log({f"eval/{k}" if k in ev else k: v for k, v in row.items()}, state["step"])
+            logger.log(namespaced("eval", row), state["step"])
+            _write_derived(run_dir, static, state)
         _save(run_dir, r, state, cfg, dist, sched)
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
@@ -177,7 +181,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             window.append(stats)
             if dist.main:
                 steps_log.append({"step": step, "compute": state["compute"], **stats})
-                logger.log({f"train/{k}": v for k, v in stats.items()}, step)
+                logger.log(namespaced("train", stats, {**state, "epoch": sched.epochs_done(step)}), step)
             # ---------------------------------------------- eval + checkpoint
             if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
                 evaluate_and_checkpoint()
@@ -252,5 +256,9 @@ def _mean(rows: list[dict]) -> dict:
             sum(row[k] for row in rows if k in row) / sum(1 for row in rows if k in row) for k in sorted(keys)}
 
 
-def _json(obj) -> str:
-    return json.dumps(obj, indent=2, default=str)
+def _write_derived(run_dir: Path, static: dict, state: dict) -> None:
+    """``derived.json``: the config's derived quantities plus the measured FLOPs per step (mean
+    so far; ``compute = steps x flops_per_step`` turns a step budget into compute)."""
+    step = state["step"]
+    write_json_atomic(run_dir / "derived.json", static | {"flops_per_step": state["compute"] / step if step else None,
+                                                          "flops_per_step_over_steps": step})

@@ -71,7 +71,7 @@ def test_seeds_of_an_arm_are_ranked_together_with_the_pooled_seed_spread():
     assert board.iloc[0]["level"] == "arm"                  # arm row above its seeds
 
 
-def test_failed_and_unidentified_runs_are_listed_after_ranked_ones():
+def test_an_unidentified_run_puts_every_fitted_run_on_reward_at_a_shared_compute():
     short_c = np.concatenate([[0.0], np.linspace(100.0, 1200.0, 40)])   # ends before C_mid
     rng = np.random.default_rng(0)
     unid = run("unidentified", 0.65, compute=short_c)
@@ -79,14 +79,18 @@ def test_failed_and_unidentified_runs_are_listed_after_ranked_ones():
     failed = pd.DataFrame({"run": ["crashed"], "compute": [np.nan], "reward": [np.nan],
                            "run_status": ["failed"], "error": ["NCCL timeout"]})
     board = leaderboard(table(run("good", 0.55), unid, failed), options=FitOptions(n_boot=100))
-    assert board["run"].tolist() == ["good", "unidentified", "crashed"]
-    assert board["status"].tolist() == ["ok", "A_unidentified", "run_failed"]
+    # A cannot order them (one A is only a bound); at C_ref = 1200, where both have data, by hand:
+    # good 0.3 + 0.25 / (1 + (2500/1200)^2) = 0.3468, unidentified ~0.3 + 0.35 / 5.34 = 0.3655
+    assert board["run"].tolist() == ["unidentified", "good", "crashed"]
+    assert board["status"].tolist() == ["A_unidentified", "ok", "run_failed"]
     assert board["rank"].iloc[:2].tolist() == [1, 2] and np.isnan(board["rank"].iloc[2])
-    assert board["rank_basis"].iloc[1].startswith("reward at C=")
+    assert (board["rank_basis"].iloc[:2] == "reward at C_ref=1200").all()
+    assert board.loc[1, "R_ref"] == pytest.approx(0.3 + 0.25 / (1 + (2500 / 1200) ** 2), abs=1e-6)
     text = format_leaderboard(board)
     assert "not identified" in text and "NCCL timeout" in text
-    unid_line = next(line for line in text.splitlines() if line.lstrip("0123456789 ").startswith("unidentified"))
-    assert f"{board['A'].iloc[1]:.3f}" not in unid_line      # no confident A on a bound
+    unid_line = next(line for line in text.splitlines() if line.lstrip("0123456789= ").startswith("unidentified"))
+    assert f"{board['A_raw'].iloc[0]:.3f}" not in unid_line      # no confident A on a bound
+    assert np.isnan(board["A"].iloc[0]) and board["A_raw"].iloc[0] > 0.3
 
 
 def test_axis_columns_and_loss_clamp_come_through():

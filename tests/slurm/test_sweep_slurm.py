@@ -7,16 +7,13 @@ import subprocess
 from pathlib import Path
 
 import pandas as pd
-from helpers import popen_cli, read_rows, run_cli, wait_for
+from helpers import arms, popen_cli, read_rows, run_cli, wait_for
 
 from scalerl.config import compose, validate
 from scalerl.train.loop import train
 
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "logger=none", "train.threads=1"]
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "logger=none", "train.threads=1", "study=default"]
 
-
-def arms(sweep: Path) -> list[Path]:
-    return sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def launch(run_dir: Path) -> dict:
