@@ -4,6 +4,7 @@
     python -m analysis fit points.csv --out out --method paper_grid --n-boot 200
     python -m analysis fit sweep/ --out out --fit-until 5e15 --target-compute 2e16 --wandb
     python -m analysis extrapolate sweep/ --fraction 0.5 --out out
+    python -m analysis plan sweep/ --budget 2e16 --out out     # which arm wins at my budget?
 
 On a SLURM cluster, run it on a CPU node after the sweep's array finishes, e.g.
     srun -c 2 --time 10 python -m analysis fit $SWEEP_DIR --out $SWEEP_DIR/analysis
@@ -18,6 +19,7 @@ from analysis.fit import METHODS, FitOptions
 from analysis.io import AXES
 from analysis.leaderboard import MARGIN
 from analysis.pipeline import FORECAST_OPTIONS, analyze_extrapolation, analyze_sweep
+from analysis.plan import analyze_plan
 
 
 def _min_compute(text):
@@ -74,6 +76,12 @@ def build_parser():
     _common(ext)
     ext.add_argument("--fraction", type=float, default=0.5, help="fraction of each run's compute to fit on")
     ext.add_argument("--n-final", type=int, default=3, help="observed final reward = mean of the last N evals")
+
+    plan = sub.add_parser("plan", help="predicted reward at a budget, its interval and P(best) per arm")
+    _common(plan)
+    plan.add_argument("--budget", type=float, required=True, metavar="C", help="the compute budget C")
+    plan.add_argument("--n-boot", type=int, default=FitOptions.n_boot, metavar="N",
+                      help="bootstrap replicates behind the intervals and P(best) (default %(default)s)")
     return parser
 
 
@@ -81,6 +89,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     fields = dict(r0=args.r0, min_compute=args.min_compute, method=args.method, seed=args.seed)
+    if args.command == "plan":
+        fields.update(n_boot=args.n_boot)
     if args.command == "fit":
         fields.update(fit_until=args.fit_until, n_boot=args.n_boot, max_a_width=args.max_a_width)
     try:        # one FitOptions; a bad value exits here with the usage line, naming the option
@@ -92,6 +102,10 @@ def main(argv=None):
         analyze_sweep(args.path, args.out, options, margin=args.margin,
                       target_compute=args.target_compute, wandb=args.wandb,
                       wandb_project=args.wandb_project, wandb_group=args.wandb_group, **common)
+    elif args.command == "plan":
+        if not args.budget > 0:
+            parser.error(f"--budget must be a compute > 0, got {args.budget}")
+        analyze_plan(args.path, args.out, args.budget, options, **common)
     else:
         analyze_extrapolation(args.path, args.out, options, fraction=args.fraction,
                               n_final=args.n_final, **common)
