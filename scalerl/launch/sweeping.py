@@ -28,7 +28,7 @@ from rich.table import Table
 from scalerl.config import ConfigError, as_config_error, validate
 from scalerl.config.derive import derive
 from scalerl.core.jsonio import read_json, write_json_atomic
-from scalerl.launch import rundir
+from scalerl.launch import early_stop, rundir
 from scalerl.launch.jobs import launcher_world_size
 from scalerl.launch.leaderboard import write_leaderboard
 from scalerl.launch.studies import load_study, merge
@@ -43,6 +43,7 @@ class Arm:
     state: str
     error: str | None = None
     key: str = "overrides"
+    arm_hash: str = ""
 
     @property
     def name(self) -> str:
@@ -84,7 +85,7 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader) -> list[Ar
             cfg = config_loader.load_sweep_config(config, list(overrides))
             derive(validate(job_config(cfg)), world_size=launcher_world_size(cfg))
             run_dir = rundir.sweep_run_dir(cfg)
-            arms.append(Arm(list(overrides), run_dir, _state(run_dir)))
+            arms.append(Arm(list(overrides), run_dir, _state(run_dir), arm_hash=rundir.arm_hash(cfg)))
         except Exception as e:  # our checks, and Hydra's (unknown option, a key the option lacks, bad syntax)
             err = as_config_error(e)
             arms.append(Arm(list(overrides), Path(" ".join(overrides) or "default"), "invalid", str(err), err.key))
@@ -119,7 +120,8 @@ def print_table(arms: list[Arm], title: str) -> None:
         summary = read_json(a.run_dir / "summary.json") or {}
         pr = summary.get("final_pass_rate", prog.get("pass_rate"))
         step = f"{prog.get('step', '-')}/{prog.get('total', '-')}" if prog else "-"
-        color = {"done": "green", "failed": "red", "invalid": "red", "running": "yellow", "queued": "yellow"}.get(a.state, "")
+        color = {"done": "green", "failed": "red", "invalid": "red", "running": "yellow", "queued": "yellow",
+                 "stopped_early": "cyan"}.get(a.state, "")
         table.add_row(str(i), " ".join(a.overrides) or "(defaults)", f"[{color}]{a.state}[/]" if color else a.state,
                       step, "-" if pr is None else f"{pr:.3f}", str(a.run_dir))
     Console(width=None if sys.stdout.isatty() else 200).print(table)
@@ -130,6 +132,8 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     action = sweeper.action
     loader = sweeper.hydra_context.config_loader
     study, overrides_list = expand_arms(arguments, loader)
+    if getattr(sweeper, "early_stop", False):
+        early_stop.stop_rule(sweeper.stop_rule)  # a bad setting fails here, naming its key
     arms = plan_arms(overrides_list, sweeper.config, loader)
     parents = {a.run_dir.parent for a in arms if a.state != "invalid"}
     sweep_dir = parents.pop() if len(parents) == 1 else Path(str(sweeper.config.hydra.sweep.dir))
@@ -145,8 +149,11 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     live = [a for a in arms if a.state in ("running", "queued")]
     for a in live:
         print(f"[scalerl] not relaunching {a.name}: already {a.state} elsewhere")
-    print(f"[scalerl] launching {len(todo)} arm(s); {sum(a.state == 'done' for a in arms)} already done")
-    returns = sweeper.launcher.launch([a.overrides for a in todo], initial_job_idx=0) if todo else []
+    stopped = sum(a.state == "stopped_early" for a in arms)
+    print(f"[scalerl] launching {len(todo)} arm(s); {sum(a.state == 'done' for a in arms)} already done"
+          + (f", {stopped} stopped early (not restarted)" if stopped else ""))
+    with early_stop.watching(sweeper, arms):
+        returns = sweeper.launcher.launch([a.overrides for a in todo], initial_job_idx=0) if todo else []
     failed = []
     for arm, ret in zip(todo, returns):
         arm.state = rundir.arm_state(arm.run_dir)

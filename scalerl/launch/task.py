@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from scalerl.config import ConfigError, validate
 from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic
 from scalerl.launch import rundir
+from scalerl.train.signals import STOP_REQUEST
 
 
 def launch_rank() -> int:
@@ -65,6 +66,10 @@ def run_arm(cfg: DictConfig) -> dict:
     if previous.get("status") == "done":
         print(f"[scalerl] {run_dir.name} already finished; skipping (delete {summary_path} to rerun)")
         return previous
+    if previous.get("status") == "stopped_early":
+        print(f"[scalerl] {run_dir.name} was stopped early by its sweep; skipping "
+              f"(delete {run_dir / STOP_REQUEST} and {summary_path} to resume it)")
+        return previous
     meta = {
         "run_name": run_dir.name, "run_dir": str(run_dir), "config_hash": rundir.config_hash(cfg),
         "arm_hash": rundir.arm_hash(cfg), "axes": rundir.axes(cfg), "seed": obj.seed, "recipe": obj.recipe,
@@ -88,7 +93,7 @@ def run_arm(cfg: DictConfig) -> dict:
                 write_json_atomic(summary_path, {**meta, "status": "failed", "error": f"{type(e).__name__}: {e}",
                                                  "traceback": traceback.format_exc()[-4000:], "log": log_path(run_dir)})
             raise
-        if result["status"] != "done":
+        if result["status"] not in ("done", "stopped_early"):
             print(f"[scalerl] {run_dir.name} stopped at step {result['step']} ({result['status']}); "
                   "relaunch the same command to resume")
             return {**meta, **result}
@@ -97,5 +102,9 @@ def run_arm(cfg: DictConfig) -> dict:
         summary = {**meta, **result, "error": None, "log": log_path(run_dir), "elapsed_s": time.time() - t0,
                    "initial_pass_rate": rates[0] if rates else None,
                    "final_pass_rate": rates[-1] if rates else None, "best_pass_rate": max(rates) if rates else None}
+        if result["status"] == "stopped_early":  # why, against whom, and the fit at that moment
+            summary["early_stop"] = read_json(run_dir / STOP_REQUEST)
+            print(f"[scalerl] {run_dir.name} stopped early at step {result['step']}: "
+                  f"{(summary['early_stop'] or {}).get('reason', '')}")
         write_json_atomic(summary_path, summary)
         return summary

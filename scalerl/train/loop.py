@@ -42,7 +42,7 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
     """Run, or resume, one RL run in ``run_dir``. Returns final counters and status."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    stop = StopRequest().install()
+    stop = StopRequest(run_dir).install()
     # ------------------------------------------------------------------ setup
     device = pick_device(cfg.train.device)
     threads = resolve_threads(cfg.train.threads)
@@ -143,7 +143,8 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
             save_checkpoint(run_dir, step, _payload(r, state), cfg.train.keep_checkpoints, r.model)
         progress.update(step)
     # ----------------------------------------------------------------- finish
-    status = "done" if state["step"] >= cfg.train.steps else ("preempted" if stop.preempted else "interrupted")
+    status = "done" if state["step"] >= cfg.train.steps else (
+        "preempted" if stop.preempted else "stopped_early" if stop.early else "interrupted")
     if status != "done" and dist.main:  # stopped by a signal: save exactly where we are
         save_checkpoint(run_dir, state["step"], _payload(r, state), cfg.train.keep_checkpoints, r.model)
     progress.update(state["step"], status=status)
