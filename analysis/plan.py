@@ -108,7 +108,7 @@ def format_plan(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot_plan(table, fits, data, budget, *, title="plan", axis_label="compute", level=0.95):
+def plot_plan(table, fits, data, budget, *, level, title="plan", axis_label="compute"):
     """Every arm's points and fitted curve out to the budget, with bands and R(budget)."""
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(8.6, 5.2), layout="constrained")

@@ -43,7 +43,7 @@ BASES = ("A", "target")
 class StopRule:
     """When an arm is out of the race.  A bad value raises ValueError naming the field."""
 
-    level: float = 0.95
+    level: float = FitOptions.level
     """Confidence: the level of the intervals compared (bootstrap, and profile for A)."""
     target_compute: float | None = None
     """C*: compare predicted reward at this compute instead of A; None compares A."""
@@ -71,7 +71,7 @@ class StopRule:
     def basis(self) -> str:
         return "A" if self.target_compute is None else "target"
 
-    def fit_options(self, seed: int = 0) -> FitOptions:
+    def fit_options(self, seed: int) -> FitOptions:
         """The fit each decision rests on: intervals at `level`, a bootstrap, the profile of A."""
         return FitOptions(level=self.level, n_boot=self.n_boot, seed=seed)
 
