@@ -6,6 +6,7 @@
     python -m analysis extrapolate sweep/ --fraction 0.5 --out out
     python -m analysis fit outputs/runs --out out --metric 'pass_rate/*'     # one curve per task (task=mix)
     python -m analysis fit sweep/ --out out --metric pass_rate/math --metric pass_rate/code
+    python -m analysis plan sweep/ --budget 2e16 --out out     # which arm wins at my budget?
 
 On a SLURM cluster, run it on a CPU node after the sweep's array finishes, e.g.
     srun -c 2 --time 10 python -m analysis fit $SWEEP_DIR --out $SWEEP_DIR/analysis
@@ -23,6 +24,7 @@ from analysis.fit import METHODS, FitOptions
 from analysis.io import AXES, InputError
 from analysis.leaderboard import MARGIN
 from analysis.pipeline import FORECAST_OPTIONS, analyze_extrapolation, analyze_sweep
+from analysis.plan import analyze_plan
 
 
 class Parser(argparse.ArgumentParser):
@@ -111,6 +113,13 @@ def build_parser():
                      help="fraction of each run's compute to fit on, in (0, 1): the rest is what it predicts")
     ext.add_argument("--n-final", type=_ranged(low=1, integer=True), default=3,
                      help="observed final reward = mean of the last N evals (N >= 1)")
+
+    plan = sub.add_parser("plan", help="predicted reward at a budget, its interval and P(best) per arm")
+    _common(plan)
+    plan.add_argument("--budget", type=_ranged(low=0.0, low_open=True), required=True, metavar="C",
+                      help="the compute budget C (> 0)")
+    plan.add_argument("--n-boot", type=_ranged(low=0, integer=True), default=FitOptions.n_boot, metavar="N",
+                      help="bootstrap replicates behind the intervals and P(best) (default %(default)s)")
     return parser
 
 
@@ -118,6 +127,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     fields = dict(r0=args.r0, min_compute=args.min_compute, method=args.method, seed=args.seed)
+    if args.command == "plan":
+        fields.update(n_boot=args.n_boot)
     if args.command == "fit":
         fields.update(fit_until=args.fit_until, n_boot=args.n_boot, max_a_width=args.max_a_width)
     try:        # one FitOptions; a bad value exits here with one line, naming the option
@@ -135,6 +146,8 @@ def main(argv=None):
             analyze_sweep(args.path, out, options, margin=args.margin,
                           target_compute=args.target_compute, wandb=args.wandb,
                           wandb_project=args.wandb_project, wandb_group=args.wandb_group, **common)
+        elif args.command == "plan":
+            analyze_plan(args.path, out, args.budget, options, **common)
         else:
             analyze_extrapolation(args.path, out, options, fraction=args.fraction,
                                   n_final=args.n_final, **common)

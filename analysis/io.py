@@ -209,6 +209,22 @@ def read_run(run_dir, *, name=None, axis="compute", metrics=(REWARD_KEY,)):
     return per_metric(lambda key, m: _frame(records, m, axis=axis, reward_key=key), meta, records, list(metrics))
 
 
+def read_stop_records(points):
+    """{run: record} for the runs a sweep stopped early: summary.json's `early_stop`, else a
+    pending stop.json (the run had not yet seen it).  Runs without a run_dir are skipped."""
+    if "run_dir" not in getattr(points, "columns", ()):
+        return {}
+    records = {}
+    for run, run_dir in points.groupby("run", sort=False)["run_dir"].first().items():
+        if not isinstance(run_dir, str):
+            continue
+        summary = _read_mapping(Path(run_dir) / "summary.json", json.loads)
+        record = summary.get("early_stop") or _read_mapping(Path(run_dir) / "stop.json", json.loads)
+        if isinstance(record, dict) and record:
+            records[run] = record
+    return records
+
+
 def read_sweep(path, *, axis="compute", metrics=(REWARD_KEY,)):
     """Tidy points of every run under a sweep directory; names default to relative paths."""
     if axis not in AXES:

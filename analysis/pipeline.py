@@ -19,6 +19,7 @@ from analysis.extrapolation import extrapolation_check
 from analysis.fit import FitOptions
 from analysis.leaderboard import MARGIN, format_leaderboard, leaderboard
 from analysis.runs import axis_columns, curves, fit_runs
+from analysis.stopping import with_stop_columns
 
 LEADERBOARD_COLUMNS = ["run", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi", "C_mid",
                        "C_mid_lo", "C_mid_hi", "R0", "n_points", "last_compute"]
@@ -70,6 +71,7 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     outputs.claim(out, "fit", _run_ids(points), settings, quiet=quiet)
     fits = fit_runs(points, options)
     board = leaderboard(points, fits, options, margin=margin, target_compute=target_compute)
+    board = with_stop_columns(board, io.read_stop_records(points))      # early-stopped runs: why, and the fit then
     written = [io.write_csv(board, out / "leaderboard.csv")]
     figures = []
     is_dir = not isinstance(path, pd.DataFrame) and Path(path).is_dir()

@@ -13,13 +13,16 @@ ACTIONS = ("run", "status", "dry-run")
 
 class ScalerlSweeper(Sweeper):
     def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: Optional[int] = None,
-                 reuse: bool = True):
+                 reuse: bool = True, early_stop: bool = False, stop_rule: Optional[dict] = None, poll_s: float = 5.0):
         if action not in ACTIONS:
             raise ValueError(f"hydra.sweeper.action must be one of {ACTIONS}, got {action!r}")
         self.action = action
         self.leaderboard = leaderboard
         self.n_boot = n_boot        # None: the analysis default, the same as `python -m analysis fit`
         self.reuse = reuse          # link finished runs of the same config hash from other studies
+        self.early_stop = early_stop  # see scalerl.launch.early_stop
+        self.stop_rule = dict(stop_rule or {})
+        self.poll_s = poll_s
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None

@@ -52,10 +52,15 @@ def hydra_argv(argv: list[str]) -> list[str]:
         args.append(f"hydra.sweeper.action={actions[-1]}")
     args += [SWEEPER_FLAGS[a] for a in argv if a in SWEEPER_FLAGS]
     for a in args:
-        if a.startswith("hydra/sweeper=") and a.split("=", 1)[1] != "scalerl":
+        if a.startswith("hydra/sweeper=") and a.split("=", 1)[1] not in SWEEPERS:
             raise ConfigError("hydra/sweeper", f"{a.split('=', 1)[1]!r} bypasses scalerl's sweeper (validation,"
-                              " skipping finished arms, the leaderboard); only hydra/sweeper=scalerl is offered")
+                              " skipping finished arms, the leaderboard); choose one of "
+                              + ", ".join(f"hydra/sweeper={n}" for n in SWEEPERS))
     return args
+
+
+SWEEPERS = ("scalerl", "optuna")
+"""scalerl's sweepers (``hydra_plugins/scalerl_plugins``): the grid one and the Optuna search."""
 
 
 CONFIG_ERRORS = (ConfigError, HydraException, OmegaConfBaseException)
@@ -71,7 +76,7 @@ def complete(line: str) -> list[str] | None:
     if word.startswith("hydra/launcher="):
         return [f"hydra/launcher={name}" for name in launchers()]
     if word.startswith("hydra/sweeper="):
-        return ["hydra/sweeper=scalerl"]
+        return [f"hydra/sweeper={name}" for name in SWEEPERS]
     if word.startswith("-"):
         return [f for f in ("-m", "--multirun", "--dry-run", "--status", "--fresh", "--help", "--cfg") if f.startswith(word)]
     return None
@@ -101,7 +106,11 @@ def _shell_completion(argv: list[str], start) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    sys.argv = [sys.argv[0], *hydra_argv(argv)]
+    try:
+        sys.argv = [sys.argv[0], *hydra_argv(argv)]
+    except ConfigError as e:
+        print(f"[scalerl] config error: {e}", file=sys.stderr)
+        sys.exit(2)
     register()
     # Hydra prints its own report of an error (a stripped traceback, or a config search path)
     # unless HYDRA_FULL_ERROR is set, in which case it re-raises. We set it to receive the

@@ -22,6 +22,7 @@ from scalerl.config.groups import BOOKKEEPING_GROUPS, run_axes
 from scalerl.core.hashing import stable_hash
 from scalerl.core.jsonio import read_json
 from scalerl.core.liveness import process_alive
+from scalerl.train.signals import STOP_REQUEST
 
 # Keys that do not change what a run computes: bookkeeping, logging, hardware.
 HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "out_root", "cache_dir", "recipe", *BOOKKEEPING_GROUPS)
@@ -128,11 +129,13 @@ def owner_alive(progress: dict) -> bool:
 
 
 def arm_state(run_dir: Path) -> str:
-    """done | failed | running | interrupted | pending, from the run's own files."""
+    """done | failed | stopped_early | running | interrupted | pending, from the run's own files."""
     run_dir = Path(run_dir)
     summary = read_json(run_dir / "summary.json") or {}
-    if summary.get("status") in ("done", "failed"):
+    if summary.get("status") in ("done", "failed", "stopped_early"):
         return summary["status"]
+    if (run_dir / STOP_REQUEST).exists():  # stopped by the sweep; the run may not have seen it yet
+        return "stopped_early"
     progress = read_json(run_dir / "progress.json") or {}
     if owner_alive(progress):
         return "running"

@@ -37,7 +37,7 @@ from scalerl.config import ConfigError, as_config_error, check, validate
 from scalerl.config.derive import derive
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
-from scalerl.launch import rundir
+from scalerl.launch import early_stop, rundir
 from scalerl.launch.jobs import check_launcher, launcher_world_size
 from scalerl.launch.leaderboard import sweep_wandb, write_leaderboard
 from scalerl.launch.studies import load_study, merge
@@ -58,6 +58,7 @@ class Arm:
     """A finished run of the same config hash in another study, linked in at launch."""
     wandb: dict | None = None
     """The arm's W&B settings (project, entity, group, mode) when it logs to W&B."""
+    arm_hash: str = ""
 
     @property
     def name(self) -> str:
@@ -108,7 +109,7 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
             cfg = config_loader.load_sweep_config(config, list(overrides))
             derive(validate(job_config(cfg)), world_size=launcher_world_size(cfg))
             run_dir = rundir.sweep_run_dir(cfg)
-            arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg))
+            arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg), arm_hash=rundir.arm_hash(cfg))
             if reuse and arm.state == "pending":
                 arm.reused_from = _finished_elsewhere(cfg, run_dir)
                 arm.state = "done" if arm.reused_from is not None else arm.state
@@ -168,7 +169,8 @@ def print_table(arms: list[Arm], title: str) -> None:
         summary = read_json(a.files / "summary.json") or {}
         pr = summary.get("final_pass_rate", prog.get("pass_rate"))
         step = f"{prog.get('step', '-')}/{prog.get('total', '-')}" if prog else "-"
-        color = {"done": "green", "failed": "red", "invalid": "red", "running": "yellow", "queued": "yellow"}.get(a.state, "")
+        color = {"done": "green", "failed": "red", "invalid": "red", "running": "yellow", "queued": "yellow",
+                 "stopped_early": "cyan"}.get(a.state, "")
         state = a.state + (" (reused)" if a.reused_from is not None else "")
         where = str(a.run_dir) + (f" -> {a.reused_from}" if a.reused_from is not None else "")
         table.add_row(str(i), " ".join(o for o in a.overrides if not o.startswith("study=")) or "(defaults)",
@@ -204,6 +206,8 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     loader = sweeper.hydra_context.config_loader
     check_launch_settings(sweeper)
     study, overrides_list = expand_arms(arguments, loader)
+    if getattr(sweeper, "early_stop", False):
+        early_stop.stop_rule(sweeper.stop_rule)  # a bad setting fails here, naming its key
     arms = plan_arms(overrides_list, sweeper.config, loader, reuse=getattr(sweeper, "reuse", True))
     parents = {a.run_dir.parent for a in arms if a.state != "invalid"}
     sweep_dir = parents.pop() if len(parents) == 1 else Path(str(sweeper.config.hydra.sweep.dir))
@@ -224,7 +228,8 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     for a in arms:
         if a.state in LAUNCH_STATES and a.run_dir.is_symlink():  # --fresh, or a reused run deleted since:
             a.run_dir.unlink()                                     # train here (the link goes, not its target)
-    returns = launch_and_adopt(arms, sweeper.launcher)
+    with early_stop.watching(sweeper, arms):
+        returns = launch_and_adopt(arms, sweeper.launcher)
     failpoint("sweep.leaderboard")  # crash tests: every arm settled, no leaderboard yet
     failed = [(a, (read_json(a.run_dir / "summary.json") or {}).get("error")) for a in arms if a.state == "failed"]
     _report(arms, failed, sweep_dir, sweeper)
@@ -256,7 +261,9 @@ def launch_and_adopt(arms: list[Arm], launcher) -> list:
     while True:
         todo = [a for a in arms if launchable(a)]
         if first:
-            print(f"[scalerl] launching {len(todo)} arm(s); {sum(a.state == 'done' for a in arms)} already done")
+            stopped = sum(a.state == "stopped_early" for a in arms)
+            print(f"[scalerl] launching {len(todo)} arm(s); {sum(a.state == 'done' for a in arms)} already done"
+                  + (f", {stopped} stopped early (not restarted)" if stopped else ""))
         elif todo:
             print(f"[scalerl] launching {len(todo)} arm(s) whose owner stopped: {', '.join(a.name for a in todo)}")
         first = False

@@ -30,6 +30,7 @@ from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_t
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
 from scalerl.models.extensions import diagnose_broken_extensions
+from scalerl.train.signals import STOP_REQUEST
 
 LOCK_WAIT_S = 60.0
 """How long a job waits on a locked run whose holder is not (or not yet) recorded as training it."""
@@ -115,6 +116,10 @@ def run_arm(cfg: DictConfig) -> dict:
     if previous.get("status") == "done":
         print(f"[scalerl] {run_dir.name} already finished; skipping (delete {summary_path} to rerun)")
         return previous
+    if previous.get("status") == "stopped_early":
+        print(f"[scalerl] {run_dir.name} was stopped early by its sweep; skipping "
+              f"(delete {run_dir / STOP_REQUEST} and {summary_path} to resume it)")
+        return previous
     meta = {
         "run_name": run_dir.name, "run_dir": str(run_dir), "config_hash": rundir.config_hash(cfg),
         "arm_hash": rundir.arm_hash(cfg), "axes": rundir.axes(cfg), "seed": obj.seed, "recipe": obj.recipe,
@@ -158,7 +163,7 @@ def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train) -> dic
             _record_failure(summary_path, {**meta, "status": "failed", "error": f"{type(e).__name__}: {e}",
                                            "traceback": traceback.format_exc()[-4000:], "log": log_path(run_dir)})
         raise
-    if result["status"] != "done":
+    if result["status"] not in ("done", "stopped_early"):
         print(f"[scalerl] {run_dir.name} stopped at step {result['step']} ({result['status']}); "
               "relaunch the same command to resume")
         return {**meta, **result}
@@ -168,6 +173,10 @@ def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train) -> dic
     summary = {**meta, **result, "error": None, "log": log_path(run_dir), "elapsed_s": time.time() - t0,
                "initial_pass_rate": rates[0] if rates else None,
                "final_pass_rate": rates[-1] if rates else None, "best_pass_rate": max(rates) if rates else None}
+    if result["status"] == "stopped_early":  # why, against whom, and the fit at that moment
+        summary["early_stop"] = read_json(run_dir / STOP_REQUEST)
+        print(f"[scalerl] {run_dir.name} stopped early at step {result['step']}: "
+              f"{(summary['early_stop'] or {}).get('reason', '')}")
     write_json_atomic(summary_path, summary)
     return summary
 

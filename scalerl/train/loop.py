@@ -66,7 +66,7 @@ from scalerl.train.update import policy_update
 
 def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -> dict:
     """Run, or resume, one RL run in ``run_dir``. Returns final counters and status."""
-    stop = StopRequest().install()
+    stop = StopRequest(Path(run_dir)).install()
     try:
         return _train(cfg, Path(run_dir), stop, run_name=run_name, group=group, config_dict=config_dict)
     finally:  # an error too gives the process its signal handlers back
@@ -185,6 +185,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             # ---------------------------------------------- eval + checkpoint
             if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
                 evaluate_and_checkpoint()
+                stopping = stopping or _stop_agreed(stop, dist)  # early stopping decides on this eval: stop now
             elif step % cfg.train.ckpt_every == 0:
                 _save(run_dir, r, state, cfg, dist, sched)
             progress.update(step)
@@ -192,8 +193,9 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         sched.close()  # generator processes stop (their in-flight batches are regenerated on resume)
         r.generator.close()  # an engine's processes (vLLM) go too, on an error as well
     # ----------------------------------------------------------------- finish
-    status = "done" if state["step"] >= cfg.train.steps else ("preempted" if stop.preempted else "interrupted")
-    if status != "done":  # stopped by a signal: save exactly where we are
+    status = "done" if state["step"] >= cfg.train.steps else (
+        "preempted" if stop.preempted else "stopped_early" if stop.early else "interrupted")
+    if status != "done":  # stopped by a signal or a stop request: save exactly where we are
         _save(run_dir, r, state, cfg, dist, sched)
     elif cfg.train.export_policy:  # the final policy as an ordinary HF checkpoint directory
         export_policy(run_dir, r, dist)

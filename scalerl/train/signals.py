@@ -1,22 +1,29 @@
-"""Graceful stops: SIGINT/SIGTERM (Ctrl-C, local kill) and SIGUSR2 (SLURM
-preemption or time limit via submitit's ``--signal``).
+"""Graceful stops: SIGINT/SIGTERM (Ctrl-C, local kill), SIGUSR2 (SLURM
+preemption or time limit via submitit's ``--signal``), and a stop request file
+(``<run_dir>/stop.json``, written by a sweep's early stopping or pruning).
 
 Handlers only set a flag; the loop checkpoints at the next step boundary and
 then either returns (local) or hands over to the previously installed
-handler, which under submitit requeues the job and exits.
+handler, which under submitit requeues the job and exits. A stop request ends
+the run for good: status ``stopped_early``.
 """
 from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
+
+STOP_REQUEST = "stop.json"
+"""In a run directory: the sweep asks the run to stop for good (scalerl.launch.early_stop)."""
 
 
 class StopRequest:
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
-    def __init__(self):
+    def __init__(self, run_dir: Path | None = None):
         self.signum: int | None = None
         self._prev: dict[int, object] = {}
+        self.request_file = None if run_dir is None else Path(run_dir) / STOP_REQUEST
 
     def install(self) -> "StopRequest":
         if threading.current_thread() is not threading.main_thread():
@@ -38,7 +45,12 @@ class StopRequest:
 
     @property
     def requested(self) -> bool:
-        return self.signum is not None
+        return self.signum is not None or self.early
+
+    @property
+    def early(self) -> bool:
+        """The sweep stopped this run early (a stat per step: microseconds)."""
+        return self.signum is None and self.request_file is not None and self.request_file.exists()
 
     @property
     def preempted(self) -> bool:

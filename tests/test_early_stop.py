@@ -1,0 +1,145 @@
+"""Early stopping inside a sweep: the watcher's decisions on run directories, the loop's
+response to a stop request, and the sweep's handling of stopped arms (no restart, status,
+leaderboard)."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from helpers import popen_cli, read_rows, run_cli, wait_for
+
+from analysis.stopping import StopRule
+from analysis.synthetic import simulate_curve
+from scalerl.launch import rundir
+from scalerl.launch.early_stop import Watcher
+from scalerl.train.signals import STOP_REQUEST
+
+
+def write_metrics(run_dir: Path, compute, reward, upto: int) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for i in range(upto):
+            f.write(json.dumps({"step": 10 * i, "compute": float(compute[i]), "pass_rate": float(reward[i]),
+                                "epoch": 0.0}) + "\n")
+
+
+def curves(seed=0):
+    """Three arms on a 16k budget (arXiv 2510.13786 Table 1): ScaleRL-768, a worse copy, batch-2048."""
+    rng = np.random.default_rng(seed)
+    spec = {"scalerl": (0.61, 1.92, 2542.0), "worse": (0.55, 1.92, 2542.0), "batch2048": (0.645, 1.70, 10909.0)}
+    return {k: simulate_curve(A, B, C, 0.3, c_end=16000.0, n_points=40, rng=rng)[:2] for k, (A, B, C) in spec.items()}
+
+
+def test_watcher_stops_only_the_arm_that_cannot_catch_the_leader(tmp_path):
+    data = curves()
+    dirs = {k: tmp_path / k for k in data}
+    for k, (c, r) in data.items():
+        write_metrics(dirs[k], c, r, upto=6)
+    log = []
+    watcher = Watcher({k: [d] for k, d in dirs.items()}, StopRule(), log=log.append)
+    assert not any(d.stop for d in watcher.check().values())       # 5 evals: too early for anything
+    assert not any((d / STOP_REQUEST).exists() for d in dirs.values())
+    for k, (c, r) in data.items():
+        write_metrics(dirs[k], c, r, upto=21)                        # half the budget
+    decisions = watcher.check()
+    assert decisions["worse"].stop and not decisions["scalerl"].stop
+    assert not decisions["batch2048"].stop and not decisions["batch2048"].eligible   # slow start, higher A
+    record = json.loads((dirs["worse"] / STOP_REQUEST).read_text())
+    assert record["leader"] == "scalerl" and record["step"] == 200 and record["basis"] == "A"
+    assert record["fit"]["status"] == "ok" and record["fit"]["A_hi"] < record["leader_lower"]
+    assert record["rule"]["level"] == 0.95 and "cannot catch scalerl" in log[0]
+    assert rundir.arm_state(dirs["worse"]) == "stopped_early"
+    assert rundir.arm_state(dirs["scalerl"]) == "pending"           # no summary, no stop request
+    mtime = (dirs["worse"] / STOP_REQUEST).stat().st_mtime_ns
+    watcher.check()
+    assert (dirs["worse"] / STOP_REQUEST).stat().st_mtime_ns == mtime and len(log) == 1   # asked once
+
+
+def test_a_finished_arm_is_never_asked_to_stop_but_can_lead(tmp_path):
+    data = curves(1)
+    dirs = {k: tmp_path / k for k in ("scalerl", "worse")}
+    for k in dirs:
+        write_metrics(dirs[k], *data[k], upto=21)
+    (dirs["worse"] / "summary.json").write_text(json.dumps({"status": "done"}))
+    assert Watcher({k: [d] for k, d in dirs.items()}, StopRule()).check()["worse"].stop
+    assert not (dirs["worse"] / STOP_REQUEST).exists()
+
+
+def test_the_watcher_thread_stops_an_arm_as_its_evals_arrive(tmp_path):
+    data = curves(2)
+    dirs = {k: tmp_path / k for k in ("scalerl", "worse")}
+    watcher = Watcher({k: [d] for k, d in dirs.items()}, StopRule(), poll_s=0.05, log=lambda *_: None).start()
+    try:
+        for n in range(2, 41):           # the arms' evals arrive one by one
+            for k in dirs:
+                write_metrics(dirs[k], *data[k], upto=n)
+            if (dirs["worse"] / STOP_REQUEST).exists():
+                break
+            wait_for(lambda: all(watcher.fits.get(d, (0,))[0] >= min(n, 21) or n < 8 for d in dirs.values()),
+                     timeout=120, what="the watcher to fit the new evals")
+    finally:
+        watcher.close()
+    assert (dirs["worse"] / STOP_REQUEST).exists() and not (dirs["scalerl"] / STOP_REQUEST).exists()
+
+
+@pytest.mark.slow
+def test_the_loop_ends_stopped_early_at_the_next_step_after_a_stop_request(tiny_cfg, tmp_path, monkeypatch):
+    import scalerl.train.loop as loop
+
+    real = loop.heldout_pass_rate
+
+    def eval_then_request(*args, step, **kw):   # the sweep decides right after the step-10 eval
+        out = real(*args, step=step, **kw)
+        if step == 10:
+            (tmp_path / "r" / STOP_REQUEST).write_text(json.dumps({"reason": "test"}))
+        return out
+
+    monkeypatch.setattr(loop, "heldout_pass_rate", eval_then_request)
+    out = loop.train(tiny_cfg("train.steps=40", "train.eval_every=5"), tmp_path / "r", run_name="r", group="t",
+                     config_dict={})
+    assert out["status"] == "stopped_early" and out["step"] == 10
+    assert [r["step"] for r in read_rows(tmp_path / "r" / "metrics.jsonl")] == [0, 5, 10]
+    assert json.loads((tmp_path / "r" / "progress.json").read_text())["status"] == "stopped_early"
+    assert (tmp_path / "r" / "checkpoints" / "step_00000010.pt").exists()
+
+
+@pytest.mark.slow
+def test_a_stopped_arm_is_recorded_never_restarted_and_on_the_leaderboard(tmp_path):
+    study = tmp_path / "two.yaml"
+    study.write_text(yaml.safe_dump({"arms": [{"overrides": ["loss=cispo", "train.steps=10"]},
+                                              {"overrides": ["loss=dapo", "train.steps=3000"]}]}))
+    # async=sync: one thread per arm, so both arms run side by side on 2 cores
+    args = ["-m", f"sweep={study}", "study=two", "train.eval_every=5", "logger=none", "async=sync",
+            "hydra.sweeper.early_stop=true", "hydra.sweeper.poll_s=0.5"]
+    out = tmp_path / "out"
+    proc = popen_cli(args, out, tmp_path / "sweep.log")
+    sweep = out / "sweeps" / "two"
+    long_arm = lambda: next(sweep.glob("*loss=dapo*"), None)  # noqa: E731
+    wait_for(lambda: long_arm() is not None and len(read_rows(long_arm() / "metrics.jsonl")) >= 2, timeout=900,
+             what="2 evals of the long arm", proc=proc)
+    # what the watcher writes when an arm cannot catch the leader (its decisions are tested above)
+    (long_arm() / STOP_REQUEST).write_text(json.dumps({"reason": "cannot catch cispo (test)", "leader": "cispo",
+                                                       "basis": "A", "step": 5, "fit": {"status": "ok", "A": 0.3}}))
+    assert proc.wait(timeout=600) == 0, (tmp_path / "sweep.log").read_text()[-3000:]
+    log = (tmp_path / "sweep.log").read_text()
+    assert "early stopping on" in log
+    summary = json.loads((long_arm() / "summary.json").read_text())
+    assert summary["status"] == "stopped_early" and summary["step"] < 3000
+    assert summary["early_stop"]["reason"] == "cannot catch cispo (test)"
+    board = pd.read_csv(sweep / "leaderboard.csv").set_index("run")
+    assert board.loc[long_arm().name, "run_status"] == "stopped_early"
+    assert board.loc[long_arm().name, "stop_reason"] == "cannot catch cispo (test)"
+    rows = len(read_rows(long_arm() / "metrics.jsonl"))
+    again = run_cli(args, out)
+    assert "launching 0 arm(s); 1 already done, 1 stopped early (not restarted)" in again.stdout
+    assert len(read_rows(long_arm() / "metrics.jsonl")) == rows
+    assert "stopped_early" in run_cli([*args, "--status"], out).stdout
+
+
+def test_a_bad_stop_rule_names_its_key_before_anything_runs(tmp_path):
+    proc = run_cli(["-m", "loss=cispo,dapo", "hydra.sweeper.early_stop=true", "hydra.sweeper.stop_rule.level=2",
+                    "--dry-run"], tmp_path, check=False)
+    assert proc.returncode != 0 and "hydra.sweeper.stop_rule.level" in proc.stderr + proc.stdout
+    assert not (tmp_path / "sweeps").exists()
