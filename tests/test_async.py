@@ -235,10 +235,15 @@ def test_lag_bound_holds_with_fast_generators_and_with_slow_ones(tiny_cfg, tmp_p
     steps = rows(tmp_path / "fast")
     assert [s["staleness_max"] for s in steps] == [0, 1, 2, 2, 2, 2]
     assert [s["lag_dropped"] for s in steps] == [0] * 6
+    # Device-hours count the trainer's device and each generator process's: 1 + 2 here.
+    (last,) = read_rows(tmp_path / "fast" / "metrics.jsonl")[-1:]
+    assert last["device_hours"] == pytest.approx(last["wall_s"] * 3 / 3600, rel=1e-9)
     # Slow generators, fast trainer: each batch waits for the newest weights, nothing is stale.
     run(tiny_cfg("async=pipeline_rl", "async.max_lag=2", "async.pace=trainer_first", "train.steps=4",
                  "train.eval_every=4", *FAST), tmp_path / "slow")
     assert [s["staleness_max"] for s in rows(tmp_path / "slow")] == [0, 0, 0, 0]
+    (last,) = read_rows(tmp_path / "slow" / "metrics.jsonl")[-1:]
+    assert last["device_hours"] == pytest.approx(last["wall_s"] * 2 / 3600, rel=1e-9)  # 1 trainer + 1 generator
 
 
 @pytest.mark.slow
