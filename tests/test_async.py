@@ -328,6 +328,25 @@ def test_a_killed_generator_fails_the_run_naming_the_stage_and_a_relaunch_resume
     assert [r["step"] for r in read_rows(tmp_path / "r" / "steps.jsonl")] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.slow
+def test_a_stuck_generator_fails_the_wait_after_the_timeout_naming_the_stage(tiny_cfg):
+    # A live but stuck process (SIGSTOP) is not noticed by the death check: only the deadline can
+    # end the wait. Stopped, it cannot answer, so the error is certain, never a slow-machine artefact.
+    pool, _, pol = _pool(tiny_cfg, 1)
+    pid = pool.pids[0]
+    try:
+        pool.hub.timeout_s = 2.0  # start-up used the generous 60 s; this wait gets a short deadline
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(TransportError) as e:
+            _probe(pool, pol)
+        assert 2.0 <= time.monotonic() - t0 < 30
+        assert "waiting for a probe's logits" in str(e.value) and "still waiting after 2 s (async.timeout_s)" in str(e.value)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        pool.close()
+
+
 def read_rows_progress(run_dir):
     import json
 
