@@ -110,6 +110,30 @@ def test_weight_buckets_round_trip_across_dtypes_and_splits():
     assert all(torch.equal(got[k], v) for k, v in state.items())
 
 
+def test_a_broken_connection_names_the_generator_whose_exit_shows_a_moment_later():
+    # A SIGKILLed generator's sockets close before its exit can be collected: the trainer's
+    # receive fails first. The error must still name the death, not a bare connection error.
+    import pickle
+
+    from scalerl.generation.transport import Hub
+
+    class ClosedGroup:
+        def recv(self, *a):
+            raise RuntimeError("Connection closed by peer")
+
+    hub = Hub(1, timeout_s=30)
+    try:
+        hub._rollouts = ClosedGroup()
+        hub.store.set("done/0/3", pickle.dumps({"nbytes": 4}))
+        looks = iter([None, None])  # the first two looks still see a live process
+        hub.alive = lambda j: next(looks, "(pid 4242) exited with code -9")
+        with pytest.raises(TransportError) as e:
+            hub.recv(0, "done/0/3", 3, "waiting for step 3's rollout (job 3)")
+        assert str(e.value) == "waiting for step 3's rollout (job 3): generator 0 (pid 4242) exited with code -9"
+    finally:
+        hub.store = None
+
+
 def _tiny(tmp_path):
     return build_tiny_checkpoint(tmp_path / "m", hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                                  max_position_embeddings=128, seed=0)
