@@ -109,6 +109,30 @@ def test_weight_buckets_round_trip_across_dtypes_and_splits():
     assert all(torch.equal(got[k], v) for k, v in state.items())
 
 
+def test_a_broken_connection_names_the_generator_whose_exit_shows_a_moment_later():
+    # A SIGKILLed generator's sockets close before its exit can be collected: the trainer's
+    # receive fails first. The error must still name the death, not a bare connection error.
+    import pickle
+
+    from scalerl.generation.transport import Hub
+
+    class ClosedGroup:
+        def recv(self, *a):
+            raise RuntimeError("Connection closed by peer")
+
+    hub = Hub(1, timeout_s=30)
+    try:
+        hub._rollouts = ClosedGroup()
+        hub.store.set("done/0/3", pickle.dumps({"nbytes": 4}))
+        looks = iter([None, None])  # the first two looks still see a live process
+        hub.alive = lambda j: next(looks, "(pid 4242) exited with code -9")
+        with pytest.raises(TransportError) as e:
+            hub.recv(0, "done/0/3", 3, "waiting for step 3's rollout (job 3)")
+        assert str(e.value) == "waiting for step 3's rollout (job 3): generator 0 (pid 4242) exited with code -9"
+    finally:
+        hub.store = None
+
+
 def _tiny(tmp_path):
     return build_tiny_checkpoint(tmp_path / "m", hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                                  max_position_embeddings=128, seed=0)
@@ -234,10 +258,15 @@ def test_lag_bound_holds_with_fast_generators_and_with_slow_ones(tiny_cfg, tmp_p
     steps = rows(tmp_path / "fast")
     assert [s["staleness_max"] for s in steps] == [0, 1, 2, 2, 2, 2]
     assert [s["lag_dropped"] for s in steps] == [0] * 6
+    # Device-hours count the trainer's device and each generator process's: 1 + 2 here.
+    (last,) = read_rows(tmp_path / "fast" / "metrics.jsonl")[-1:]
+    assert last["device_hours"] == pytest.approx(last["wall_s"] * 3 / 3600, rel=1e-9)
     # Slow generators, fast trainer: each batch waits for the newest weights, nothing is stale.
     run(tiny_cfg("async=pipeline_rl", "async.max_lag=2", "async.pace=trainer_first", "train.steps=4",
                  "train.eval_every=4", *FAST), tmp_path / "slow")
     assert [s["staleness_max"] for s in rows(tmp_path / "slow")] == [0, 0, 0, 0]
+    (last,) = read_rows(tmp_path / "slow" / "metrics.jsonl")[-1:]
+    assert last["device_hours"] == pytest.approx(last["wall_s"] * 2 / 3600, rel=1e-9)  # 1 trainer + 1 generator
 
 
 @pytest.mark.slow
@@ -320,6 +349,25 @@ def test_a_killed_generator_fails_the_run_naming_the_stage_and_a_relaunch_resume
     assert run(cfg, tmp_path / "r")["status"] == "done"  # the relaunch resumes from step 2's checkpoint
     assert [r["step"] for r in read_rows(tmp_path / "r" / "metrics.jsonl")] == [0, 2, 4, 6]  # none lost or doubled
     assert [r["step"] for r in read_rows(tmp_path / "r" / "steps.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.slow
+def test_a_stuck_generator_fails_the_wait_after_the_timeout_naming_the_stage(tiny_cfg):
+    # A live but stuck process (SIGSTOP) is not noticed by the death check: only the deadline can
+    # end the wait. Stopped, it cannot answer, so the error is certain, never a slow-machine artefact.
+    pool, _, pol = _pool(tiny_cfg, 1)
+    pid = pool.pids[0]
+    try:
+        pool.hub.timeout_s = 2.0  # start-up used the generous 60 s; this wait gets a short deadline
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(TransportError) as e:
+            _probe(pool, pol)
+        assert 2.0 <= time.monotonic() - t0 < 30
+        assert "waiting for a probe's logits" in str(e.value) and "still waiting after 2 s (async.timeout_s)" in str(e.value)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        pool.close()
 
 
 def read_rows_progress(run_dir):

@@ -128,6 +128,17 @@ class Hub:
             if death:
                 raise TransportError(f"{stage}: generator {j} {death}")
 
+    def explain(self, stage: str, grace_s: float = 5.0) -> None:
+        """After a failed collective: raise naming the generator that died, if one did. A killed
+        process's sockets close before its exit can be collected, so the connection error may
+        come first; give the death ``grace_s`` to become visible rather than report a bare
+        'connection closed'."""
+        deadline = time.monotonic() + grace_s
+        self.health(stage)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            self.health(stage)
+
     def has(self, keys: Sequence[str]) -> bool:
         return self.store.check(list(keys))
 
@@ -143,7 +154,7 @@ class Hub:
         try:
             self._rollouts.recv([buf], j + 1, tag).wait(_td(self.timeout_s))
         except RuntimeError as e:
-            self.health(stage)
+            self.explain(stage)
             raise TransportError(f"{stage}: receiving from generator {j} failed: {e}") from None
         self.store.delete_key(key)
         return header, pickle.loads(buf.numpy().tobytes())
@@ -160,7 +171,7 @@ class Hub:
             for w in works:
                 w.wait(_td(self.timeout_s))
         except RuntimeError as e:
-            self.health(stage)
+            self.explain(stage)
             raise TransportError(f"{stage}: {e}") from None
 
     def close(self) -> None:
