@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from analysis import io
 from analysis.fit import FitOptions
 from analysis.models import sigmoid
-from analysis.plots import STYLE, colors
+from analysis.plots import STYLE, colors, compute_span
 from analysis.runs import axis_columns, curves, fit_runs, run_table, validate
 
 COLUMNS = ["arm", "runs", "n_seeds", "status", "pred", "pred_lo", "pred_hi", "p_best", "budget",
@@ -113,12 +113,11 @@ def plot_plan(table, fits, data, budget, *, level, title="plan", axis_label="com
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(8.6, 5.2), layout="constrained")
         ax = fig.add_subplot()
-        positive = [C[C > 0] for C, _ in data.values() if np.any(C > 0)]
-        if not positive:
+        span = compute_span(data, reach=budget)
+        if span is None:
             ax.text(0.5, 0.5, "no points", ha="center", transform=ax.transAxes)
             return fig
-        x_lo = min(c.min() for c in positive) / 1.5
-        x_hi = max(max(c.max() for c in positive), budget) * 1.5
+        x_lo, x_hi = span
         xs = np.geomspace(x_lo, x_hi, 300)
         for color, row in zip(colors(len(table)), table.itertuples()):
             members = str(row.runs).split(";")

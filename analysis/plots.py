@@ -45,6 +45,15 @@ def _interval(value, lo, hi, fmt=".3f"):
     return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def compute_span(data, reach=0.0):
+    """(x_lo, x_hi) of a log-compute axis over every run's positive compute (and out to
+    ``reach``), with a margin of 1.5x on each side; None when no run has a positive point."""
+    positive = [C[C > 0] for C, _ in data.values() if np.any(C > 0)]
+    if not positive:
+        return None
+    return min(c.min() for c in positive) / 1.5, max(max(c.max() for c in positive), reach) * 1.5
+
+
 def _draw_curve(ax, fit, x_lo, x_hi, color, band=True, label=None):
     """Fitted curve: dotted below the cut-off, solid over the window, dashed beyond."""
     xs = np.geomspace(x_lo, x_hi, 300)
@@ -153,12 +162,11 @@ def plot_overview(board, fits, data, *, title="sweep", axis_label="compute", max
         wide = len(units) > 8
         fig = Figure(figsize=(10.5 if wide else 8.0, 5.2), layout="constrained")
         ax = fig.add_subplot()
-        positive = [C[C > 0] for C, _ in data.values() if np.any(C > 0)]
-        if not positive:
+        span = compute_span(data)
+        if span is None:
             ax.text(0.5, 0.5, "no points", ha="center", transform=ax.transAxes)
             return fig
-        x_lo = min(c.min() for c in positive) / 1.5
-        x_hi = max(c.max() for c in positive) * 1.5
+        x_lo, x_hi = span
         for row in runs.itertuples():
             C, R = data[row.run]
             fit, color = fits[row.run], palette[row.arm]

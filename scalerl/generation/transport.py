@@ -175,12 +175,7 @@ class Hub:
             raise TransportError(f"{stage}: {e}") from None
 
     def close(self) -> None:
-        for g in (self._rollouts, self._weights):
-            if g is not None:
-                try:
-                    g.abort()
-                except Exception:  # already broken: nothing left to release
-                    pass
+        _abort(self._rollouts, self._weights)
         self._rollouts = self._weights = None
 
 
@@ -236,12 +231,7 @@ class Spoke:
     def close(self) -> None:
         """Abort the process groups: sends the trainer will never receive (it stopped first) must
         not hold this process at exit."""
-        for g in (self._rollouts, self._weights):
-            if g is not None:
-                try:
-                    g.abort()
-                except Exception:  # already broken: nothing left to release
-                    pass
+        _abort(self._rollouts, self._weights)
         self._rollouts = self._weights = None
         self._sends.clear()
 
@@ -250,3 +240,13 @@ class Spoke:
             self.store.set(f"error/{self.j}", text.encode()[-4000:])
         except Exception:  # the trainer is gone too: nobody to tell
             pass
+
+
+def _abort(*groups) -> None:
+    """Abort process groups without waiting on their peers; one already broken has nothing left to release."""
+    for g in groups:
+        if g is not None:
+            try:
+                g.abort()
+            except Exception:  # already broken: nothing left to release
+                pass
