@@ -3,15 +3,13 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from hydra.core.plugins import Plugins
-from hydra.plugins.sweeper import Sweeper
-from hydra.types import HydraContext, TaskFunction
+from hydra.types import HydraContext
 from omegaconf import DictConfig
 
-ACTIONS = ("run", "status", "dry-run")
+from hydra_plugins.scalerl_plugins.sweeper import ACTIONS, ScalerlSweeper
 
 
-class ScalerlOptunaSweeper(Sweeper):
+class ScalerlOptunaSweeper(ScalerlSweeper):  # setup() (the launcher) is the grid sweeper's
     def __init__(self, action: str = "run", n_trials: int = 20, n_jobs: int = 2, objective: str = "A",
                  target_compute: Optional[float] = None, sampler: str = "tpe", seed: int = 0,
                  sampler_kwargs: Optional[dict] = None, pruner: str = "sigmoid", pruner_kwargs: Optional[dict] = None,
@@ -28,12 +26,6 @@ class ScalerlOptunaSweeper(Sweeper):
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
         # Imported here: Hydra imports this module in every Hydra app on the machine.
