@@ -43,8 +43,8 @@ class BatchConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 1000
-    """Optimizer steps (generation batches) in the run."""
+    steps: int = 2000
+    """Optimizer steps (generation batches) in the run (the embedded default's size: docs/embedded.md)."""
     lr: float = 1.5e-4
     """Constant after warm-up (paper: 5e-7 at 8B; tiny models need far more, docs/embedded.md)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])

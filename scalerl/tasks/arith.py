@@ -30,8 +30,8 @@ KINDS: dict[str, tuple[str, int, int]] = {
 class ArithConfig(TaskConfig):
     mix: dict[str, float] = field(default_factory=lambda: {"add3": 0.75, "mul2": 0.25})
     """Problem kinds and their weights (kinds: add2, add3, add4, mul1, mul2)."""
-    n_train: int = 16384
-    """Size of the RL train pool (an epoch is one pass over it)."""
+    n_train: int = 32768
+    """Size of the RL train pool (an epoch is one pass over it; the default run stays in its first)."""
     n_heldout: int = 512
     """Size of the fixed held-out split the pass rate is measured on."""
     data_seed: int = 1234
