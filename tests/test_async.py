@@ -383,7 +383,7 @@ sys.path.insert(0, {tests!r})
 from test_async import make_pool
 from scalerl.config import compose, validate
 pool, _, _ = make_pool(validate(compose(["logger=none", "async=pipeline_rl"])), 1)
-sys.stdout.write(f"GENERATOR_PID {pool.pids[0]}\n")  # one write: the generator's own output may come between print()'s pieces
+sys.stdout.write(f"GENERATOR_PID {{pool.pids[0]}}\\n")  # one write: the generator's own output may come between print()'s pieces
 sys.stdout.flush()
 time.sleep(600)
 """
