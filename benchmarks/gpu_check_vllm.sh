@@ -4,8 +4,10 @@
 #   1. tests/test_vllm.py with the engine on the GPU: behaviour vs trainer log-probs (fp32, and bf16
 #      body + fp32 head, at T=1 and 0.7), weight updates into the running engine, interruptions,
 #      in-flight updates; the trainer side stays on the CPU, so this also checks cross-device parity;
+#      and tests/test_vllm_pipeline.py's in-flight push into a vLLM generator process;
 #   2. a 10-step run, `python -m scalerl.sweep generation=vllm async=sync train.device=cuda`, trainer and engine
-#      sharing the GPU;
+#      sharing the GPU; then 6 steps of `async=pipeline_rl` (the vLLM generator process on the GPU after
+#      the trainer's, or on the same one with a single GPU, hence gpu_memory_utilization=0.4);
 #   3. benchmarks/bench_generation.py on the GPU: torch engine vs vLLM vs HF generate(), on the
 #      embedded model and on a random Llama of width 1024 x 16 layers (decoding cost of a real body).
 # Writes OUT_DIR/gpu_check_vllm.json (and the logs next to it). Without vLLM or a GPU it writes
@@ -41,8 +43,8 @@ PY
 ) || { log "skipped: $reason"; json skipped "$reason"; exit 0; }
 log "$reason"
 
-log "1. tests/test_vllm.py"
-timeout 600 python -m pytest -q -rs -s -p no:cacheprovider tests/test_vllm.py -k "not end_to_end" \
+log "1. tests/test_vllm.py tests/test_vllm_pipeline.py"
+timeout 600 python -m pytest -q -rs -s -p no:cacheprovider tests/test_vllm.py tests/test_vllm_pipeline.py -k "not end_to_end" \
   --junitxml="$out/vllm_tests.xml" > "$out/vllm_tests.log" 2>&1
 tests_rc=$?
 grep -E "dlogp|passed|failed" "$out/vllm_tests.log" | grep -v "^(" | tail -n 12
@@ -53,6 +55,11 @@ SCALERL_OUTPUT=$run_out timeout 600 python -m scalerl.sweep generation=vllm asyn
   train.eval_every=5 logger=none > "$out/vllm_run.log" 2>&1
 run_rc=$?
 tail -n 3 "$out/vllm_run.log"
+SCALERL_OUTPUT=$run_out timeout 600 python -m scalerl.sweep generation=vllm async=pipeline_rl async.max_lag=2 \
+  generation.gpu_memory_utilization=0.4 train.device=cuda train.steps=6 train.eval_every=3 logger=none \
+  > "$out/vllm_pipeline_run.log" 2>&1
+run_rc=$(( run_rc | $? ))
+tail -n 3 "$out/vllm_pipeline_run.log"
 
 log "3. generation throughput"
 timeout 600 python benchmarks/bench_generation.py --device cuda --reps 3 > "$out/vllm_bench_tiny.log" 2>&1
@@ -74,6 +81,7 @@ result = {
     "dlogp": [l.strip() for l in (out / "vllm_tests.log").read_text().splitlines() if "dlogp" in l and not l.startswith("(")],
     "run_rc": run_rc,
     "run_logp_mismatch": [s.get("logp_mismatch") for s in steps],
+    "run_staleness_max": [s.get("staleness_max") for s in steps],
     "run_step_time_s": [s.get("step_time_s") for s in steps],
     "bench_rc": bench_rc,
     "bench": {p.stem: [l for l in p.read_text().splitlines() if l.startswith("|") or l.startswith("model")]

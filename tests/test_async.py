@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -382,7 +383,8 @@ sys.path.insert(0, {tests!r})
 from test_async import make_pool
 from scalerl.config import compose, validate
 pool, _, _ = make_pool(validate(compose(["logger=none", "async=pipeline_rl"])), 1)
-print("GENERATOR_PID", pool.pids[0], flush=True)
+sys.stdout.write(f"GENERATOR_PID {{pool.pids[0]}}\\n")  # one write: the generator's own output may come between print()'s pieces
+sys.stdout.flush()
 time.sleep(600)
 """
 
@@ -393,11 +395,12 @@ def test_a_dead_trainer_stops_its_generators(tiny_cfg, tmp_path):
     script.write_text(TRAINER.format(tests=str(REPO / "tests")))
     trainer = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
-        line = ""
-        while not line.startswith("GENERATOR_PID"):  # the generator shares this stdout
+        found = None
+        while found is None:  # the generator shares this stdout: its output may surround the marker
             line = trainer.stdout.readline()
             assert line, "the trainer script died"
-        gen_pid = int(line.split()[1])
+            found = re.search(r"GENERATOR_PID (\d+)", line)
+        gen_pid = int(found.group(1))
     finally:
         trainer.kill()  # SIGKILL: no chance to say goodbye
         trainer.wait(timeout=30)

@@ -229,6 +229,9 @@ def test_every_recipe_cites_the_paper():
         assert "arXiv 2510.13786 §" in path.read_text(), path.name
 
 
-def test_pipeline_rl_with_the_vllm_engine_is_refused_naming_the_key():
-    with pytest.raises(ConfigError, match="generation"):
-        derive(validate(compose(["generation=vllm", "async=pipeline_rl"])))
+def test_pipeline_rl_runs_the_vllm_engine_but_refuses_a_sharded_one_naming_the_key():
+    derive(validate(compose(["generation=vllm", "async=pipeline_rl"])))  # each generator process runs vLLM
+    derive(validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=sync"])))
+    with pytest.raises(ConfigError) as e:  # a generator process drives one device
+        derive(validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=pipeline_rl"])))
+    assert e.value.key == "generation.tensor_parallel_size"

@@ -150,6 +150,12 @@ class TestFp32Engine:
         assert not torch.equal(a.tokens, c.tokens)
         assert (a.version[a.present] == engine.version).all()
 
+    def test_an_empty_shard_gives_an_empty_generation_with_bool_flags(self, engine):
+        """A generator's shard of a batch smaller than the number of generator processes is empty;
+        it joins the other shards (``cat_generations``) only if its flags are bool too."""
+        g = engine.generate([], params(1.0))
+        assert g.tokens.shape == (0, 0) and g.truncated.dtype == g.interrupted.dtype == torch.bool
+
     def test_finish_reasons_eos_and_truncated(self, engine, ckpt, prompts):
         # Make EOS a token the model picks about a third of the time at the first position.
         policy, _ = trainer_policy(ckpt, torch.float32, "fp32", Fp32Config(), 1.0)

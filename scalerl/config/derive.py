@@ -41,9 +41,11 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (generators and world_size > 1), "async.generators",
           f"generator processes serve one trainer rank for now, not {world_size}; use async=sync or "
           "async=ppo_off_policy (generators=0) with several ranks")
-    check(not (generators and cfg.generation.name != "torch"), "generation",
-          f"async={getattr(cfg, 'async').name}'s generator processes run the torch engine for now, not "
-          f"generation={cfg.generation.name}; use generation=torch, or async=sync or async=ppo_off_policy")
+    tp = getattr(cfg.generation, "tensor_parallel_size", 1)  # engines that shard the model (vLLM)
+    check(not (generators and tp > 1), "generation.tensor_parallel_size",
+          f"a generator process drives one device, so generation.tensor_parallel_size={tp} needs async=sync or "
+          "async=ppo_off_policy (the trainer's process) for now; use generation.tensor_parallel_size=1 with "
+          f"async={getattr(cfg, 'async').name}")
     check(not (getattr(getattr(cfg, "async"), "swap_at", -1) >= 0 and cfg.filter.refill_rounds), "async.swap_at",
           f"a forced in-flight swap waits inside the next batch, so {cfg.filter.name}'s refills would wait forever; "
           "use async.swap_at=-1 or another filter")

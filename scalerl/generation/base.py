@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol
 
 from omegaconf import MISSING
 
@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 class GenerationConfig:
     name: str = MISSING
     """The option's registry key, written by the config store."""
+
+    samples_policy: ClassVar[bool] = True
+    """The engine samples from a ``Policy`` in its process (``EngineContext.policy``); False: it
+    loads ``EngineContext.checkpoint`` itself, and a generator process needs no model of its own."""
 
 
 @dataclass(frozen=True)

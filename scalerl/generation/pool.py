@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 
 import torch
 
+from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
 from scalerl.generation.transport import PROBE_TAG, Hub
 from scalerl.generation.weights import buckets, empty_buffers, pack, weight_schema
@@ -101,7 +102,11 @@ class GeneratorPool:
                                                          f"(pace generators_first, version {version})")
 
     def probe(self, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """Each generator's next-token logits after the rows of ``ids`` (B, T): (B, V) per generator."""
+        """Each generator's next-token logits after the rows of ``ids`` (B, T): (B, V) per generator.
+        The torch engine only: a vLLM engine returns log-probs of what it samples, not logits."""
+        if not GENERATORS[self.spec.generation].schema.samples_policy:
+            raise TypeError(f"generation={self.spec.generation}: the probe reads the torch engine's logits; check "
+                            "this engine's pushes on the log-probs of what it samples (tests/test_vllm_pipeline.py)")
         self.settle()
         k = self.probes
         self.probes += 1

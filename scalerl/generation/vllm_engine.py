@@ -207,8 +207,10 @@ class VLLMGenerator:
             version[i, :k] = torch.tensor(r.versions, dtype=torch.long)
         dev = self.device
         return Generation(tokens=tokens.to(dev), logprobs=logprobs.to(dev), sampled=sampled.to(dev),
-                          present=present.to(dev), truncated=torch.tensor([not r.stopped for r in rows], device=dev),
-                          interrupted=torch.tensor([r.interrupted for r in rows], device=dev), version=version.to(dev))
+                          present=present.to(dev),  # bool even with no rows (an empty shard of a small batch)
+                          truncated=torch.tensor([not r.stopped for r in rows], dtype=torch.bool, device=dev),
+                          interrupted=torch.tensor([r.interrupted for r in rows], dtype=torch.bool, device=dev),
+                          version=version.to(dev))
 
     def close(self) -> None:
         core = getattr(self.engine, "engine_core", None)

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from scalerl.core.errors import ConfigError, check
 from scalerl.core.lazy import torch
@@ -28,6 +28,8 @@ PLUGIN = "scalerl.generation.vllm_transfer:register"
 
 @dataclass
 class VLLMGenerationConfig(GenerationConfig):
+    samples_policy: ClassVar[bool] = False  # the engine loads the checkpoint in its own processes
+
     dtype: str = "auto"
     """Engine body dtype. auto: the trainer's body dtype (``model.dtype`` and ``precision``), so
     generator and trainer compute the same function; float32/bfloat16/float16 to study a mismatch."""

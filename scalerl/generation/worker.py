@@ -3,7 +3,9 @@
     python -m scalerl.generation.worker HOST:PORT RANK TIMEOUT_S
 
 connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
-loads the checkpoint in the generator's own dtype with the precision axis's
+builds the run's generation engine (the ``generation`` option, through the
+``GENERATORS`` registry: the torch sampler over its own copy of the checkpoint,
+or a vLLM engine) in the generator's own dtype with the precision axis's
 generator-side head, waits for the trainer's weights, then serves the control
 stream in order:
 
@@ -15,7 +17,8 @@ stream in order:
   steps when the plan allows in-flight updates (PipelineRL, arXiv 2510.13786
   §3.1): sequences in flight and their KV cache are kept;
 - ``probe``: return the generator-side logits of given inputs (checks that a
-  push arrived exactly);
+  push arrived exactly; the torch engine only: a vLLM engine exposes log-probs
+  of what it samples, not logits, and its pushes are checked on those);
 - ``stop``: exit.
 
 Locally the trainer starts these processes itself (``pool.py``); on a cluster
@@ -33,12 +36,14 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 import torch
 
+from scalerl.generation import GENERATORS
+from scalerl.generation.base import EngineContext
 from scalerl.generation.interface import SamplingParams
-from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
 from scalerl.generation.weights import TensorSpec, buckets, empty_buffers, unpack
 from scalerl.models.load import load_checkpoint
@@ -66,6 +71,12 @@ class WorkerSpec:
     swap_at: int
     schema: tuple[TensorSpec, ...]
     """The trainer's weights, in push order."""
+    generation: str = "torch"
+    """The engine: a ``GENERATORS`` key (the run's ``generation`` option)."""
+    generation_cfg: Any = None
+    """Its option config, as a plain (picklable) schema instance; None: the schema's defaults."""
+    seed: int = 0
+    """The run's seed (an engine's own seed; every request carries its prompt's seed too)."""
 
 
 @dataclass
@@ -86,16 +97,7 @@ class GeneratorServer:
     def __init__(self, spoke: Spoke, spec: WorkerSpec):
         self.spoke, self.spec = spoke, spec
         torch.set_num_threads(spec.threads)
-        device = torch.device(spec.device)
-        heads = spec.heads(getattr(torch, spec.compute_dtype))
-        model, _ = load_checkpoint(spec.checkpoint, dtype=getattr(torch, spec.dtype), device=device,
-                                   attn_implementation=spec.attn_implementation)
-        model.eval()
-        missing = {s.name for s in spec.schema} - set(model.state_dict())
-        if missing:
-            raise KeyError(f"the generator's model lacks {sorted(missing)[:3]} of the trainer's weights")
-        policy = Policy(model, gen_head=heads.gen, train_head=heads.gen)
-        self.generator = TorchGenerator(policy, device)
+        self.generator = build_engine(spec)
         self.buckets = buckets(spec.schema)
         self.bufs = empty_buffers(self.buckets)
         self.version: Optional[int] = None
@@ -177,10 +179,42 @@ class GeneratorServer:
     @torch.no_grad()
     def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Generator-side next-token logits after each row of ``ids`` (B, T) -> (B, V)."""
-        pol, dev = self.generator.policy, self.generator.device
+        pol, dev = getattr(self.generator, "policy", None), self.generator.device
+        if pol is None:
+            raise TypeError(f"generation={self.spec.generation}: the probe reads logits from the torch engine's "
+                            "model, which this engine does not expose; check its pushes on the log-probs of what "
+                            "it samples (tests/test_vllm_pipeline.py)")
         ids, mask = ids.to(dev), mask.to(dev)
         h, _ = pol.hidden(ids, mask, positions_from_mask(mask))
         return pol.logits(h[:, -1], side="gen").cpu()
+
+
+def build_engine(spec: WorkerSpec):
+    """The run's ``generation`` engine in this process, from the spec: built like the trainer's
+    in-process one (``train/setup.py``), but in the generator's own body dtype and head."""
+    option = GENERATORS[spec.generation]
+    cfg = spec.generation_cfg if spec.generation_cfg is not None else option.schema()
+    device, body = torch.device(spec.device), getattr(torch, spec.dtype)
+    heads = spec.heads(getattr(torch, spec.compute_dtype))
+    policy = None
+    if option.schema.samples_policy:  # an in-process sampler: its own copy of the checkpoint
+        model, _ = load_checkpoint(spec.checkpoint, dtype=body, device=device,
+                                   attn_implementation=spec.attn_implementation)
+        model.eval()
+        missing = {s.name for s in spec.schema} - set(model.state_dict())
+        if missing:
+            raise KeyError(f"the generator's model lacks {sorted(missing)[:3]} of the trainer's weights")
+        policy = Policy(model, gen_head=heads.gen, train_head=heads.gen)
+    elif device.type == "cuda" and device.index is not None:
+        # An engine that starts its own processes (vLLM) uses the first visible GPU: make that this
+        # generator's (nothing in this process has touched CUDA yet). Untested here: no GPU.
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = visible.split(",") if visible else [str(i) for i in range(device.index + 1)]
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[device.index]
+        device = torch.device("cuda", 0)
+    ctx = EngineContext(policy=policy, checkpoint=Path(spec.checkpoint), device=device, body_dtype=body,
+                        head_dtype=heads.gen_dtype, seed=spec.seed)
+    return option.fn(ctx, cfg=cfg)
 
 
 def main(argv: list[str]) -> int:
@@ -195,7 +229,10 @@ def main(argv: list[str]) -> int:
         spoke.connect(spec.n_generators)
         print(f"[scalerl] generator {rank} ready: pid {os.getpid()}, {spec.device}, {spec.dtype} body, "
               f"{spec.threads} thread(s)", flush=True)
-        server.run()
+        try:
+            server.run()
+        finally:
+            server.generator.close()  # an engine's own processes (vLLM) go with this one
         return 0
     except TransportError as e:
         if spoke is not None:

@@ -120,7 +120,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         check_finite(r.model, dist)  # a diverged policy gets no eval row, only an error
         r.model.eval()
         ev = heldout_pass_rate(r.task, samples=cfg.train.eval_samples, seed=cfg.seed, step=state["step"],
-                               dist=dist, plan_lengths=r.recipe.plan_lengths, **gen_kw)
+                               dist=dist, plan_lengths=r.recipe.plan_lengths,
+                               **{**gen_kw, "generator": sched.eval_generator})
         r.model.train()
         failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],

@@ -29,7 +29,7 @@ from dataclasses import replace
 import torch
 
 from scalerl.asynchrony.base import Plan, within_lag
-from scalerl.generation.interface import Generation, cat_generations
+from scalerl.generation.interface import Generation, SamplingParams, cat_generations
 from scalerl.generation.pool import GeneratorPool
 from scalerl.generation.worker import Shard, WorkerSpec
 from scalerl.train.rollout import Rollout, make_request, plan_rng, prompt_seeds, replace_groups, score
@@ -66,7 +66,8 @@ class PipelineSchedule:
             dtype=str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch."),
             compute_dtype=str(r.compute_dtype).removeprefix("torch."), heads=r.recipe.heads,
             attn_implementation=cfg.model.attn_implementation, threads=gen_threads,
-            timeout_s=plan.timeout_s, in_flight=plan.in_flight, pace=plan.pace, swap_at=plan.swap_at, schema=())
+            timeout_s=plan.timeout_s, in_flight=plan.in_flight, pace=plan.pace, swap_at=plan.swap_at, schema=(),
+            generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
         self.pool = GeneratorPool(spec, plan.generators, trainer_state_dict(r.model),
                                   devices=[generator_device(device, j) for j in range(plan.generators)])
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
@@ -107,16 +108,36 @@ class PipelineSchedule:
         req = make_request([self.r.task.train[i] for i in index], index, G, seeds=prompt_seeds(cfg.seed, step, round_, P),
                            plan=plan, tok=self.gen_kw["tok"], max_new_tokens=cfg.length.max_new_tokens,
                            temperature=cfg.train.temperature)
-        shards = []
-        for part in split(P, self.plan.generators):
-            at = req.params.interrupt_at
-            rows = slice(part.start * G, part.stop * G)
-            shards.append(Shard(req.prompts[part], replace(req.params, interrupt_at=None if at is None else at[rows],
-                                                           seeds=req.params.seeds[part])))
         job, self.next_job = self.next_job, self.next_job + 1
         self.requests[job] = req
-        self.pool.order(job, step, self.plan.min_version(step), shards)
+        self.pool.order(job, step, self.plan.min_version(step), self._shards(req.prompts, req.params))
         return job
+
+    def _shards(self, prompts, params: SamplingParams) -> list[Shard]:
+        """Contiguous prompt shards, one per generator, each with its rows' settings and seeds."""
+        shards, at, G = [], params.interrupt_at, params.n
+        seeds = params.seeds if params.seeds is not None else torch.arange(len(prompts), dtype=torch.long)
+        for part in split(len(prompts), self.plan.generators):
+            rows = slice(part.start * G, part.stop * G)
+            shards.append(Shard(prompts[part], replace(params, interrupt_at=None if at is None else at[rows],
+                                                       seeds=seeds[part])))
+        return shards
+
+    @property
+    def eval_generator(self):
+        """The trainer's in-process engine; or the generator processes, when the run's engine lives
+        only there (``Run.engine_in_generators``, e.g. vLLM): evaluations are then sampled by the
+        same engine as the training batches."""
+        return _Generators(self) if self.r.engine_in_generators else self.r.generator
+
+    def generate_now(self, prompts, params: SamplingParams) -> Generation:
+        """``prompts`` sampled by the generator processes with the trainer's current weights: ordered as
+        the current step, so they go before every order of a later step, once this version has arrived."""
+        version = self.r.generator.version
+        job, self.next_job = self.next_job, self.next_job + 1
+        self.pool.order(job, version, version, self._shards(list(prompts), params))
+        parts = self.pool.collect(job, version)
+        return _to(cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id), self.device)
 
     def _receive(self, job: int, step: int) -> tuple[Rollout, list[tuple[Generation, dict]]]:
         parts = self.pool.collect(job, step)
@@ -181,6 +202,26 @@ class PipelineSchedule:
 
     def close(self) -> None:
         self.pool.close()
+
+
+class _Generators:
+    """The generator processes as a ``Generator`` that samples at the trainer's version (evaluation)."""
+
+    def __init__(self, sched: PipelineSchedule):
+        self.sched = sched
+
+    @property
+    def version(self) -> int:
+        return self.sched.r.generator.version
+
+    def generate(self, prompts, params: SamplingParams, *, between_steps=None) -> Generation:
+        return self.sched.generate_now(prompts, params)
+
+    def load_weights(self, named_tensors, version: int) -> None:
+        raise TypeError("the generator processes get their weights from PipelineSchedule.publish")
+
+    def close(self) -> None:
+        pass
 
 
 def _to(gen: Generation, device: torch.device) -> Generation:

@@ -25,6 +25,7 @@ from typing import Optional, Protocol
 import torch
 
 from scalerl.asynchrony.base import Plan, version_stats, within_lag
+from scalerl.generation import Generator
 from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.train.rollout import Rollout, rollout, rollout_from_state, rollout_state
 from scalerl.train.weights import trainer_state_dict
@@ -45,6 +46,8 @@ class Schedule(Protocol):
     """Devices the generators use besides the trainer's (device-hours count them)."""
     pids: list[int]
     """The generator processes (none in the trainer's process)."""
+    eval_generator: Generator
+    """What samples the held-out evaluation, at the trainer's current version."""
 
     def start(self, version: int) -> None: ...
 
@@ -88,6 +91,10 @@ class LocalSchedule:
         self.drawn_at: dict[int, int] = {}
         self.gen_s = self.push_s = 0.0
         self.last: dict = {}
+
+    @property
+    def eval_generator(self) -> Generator:
+        return self.r.generator  # the trainer's weights, in its dtype
 
     def start(self, version: int) -> None:
         self.r.generator.version = version

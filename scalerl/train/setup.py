@@ -81,6 +81,10 @@ class Run:
 
     shares_policy: bool = True
     """The generator samples from ``policy`` itself (the torch engine), not from weights of its own."""
+    engine_in_generators: bool = False
+    """The run's engine lives in the generator processes only (``async=pipeline_rl`` with an engine
+    that loads its own weights, e.g. vLLM): they sample evaluations too; ``generator`` only keeps
+    the trainer's version."""
 
     def sync_generator(self, version: int) -> None:
         """After an update (or a resume): the in-process generator samples from the trainer's
@@ -164,10 +168,15 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
     ctx = EngineContext(policy=policy, checkpoint=Path(ckpt), device=device, body_dtype=body,
                         head_dtype=heads.gen_dtype, seed=cfg.seed)
-    generator = GENERATORS[cfg.generation.name].fn(ctx, cfg=cfg.generation)
+    option = GENERATORS[cfg.generation.name]
+    # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
+    # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
+    # The trainer keeps the torch sampler over its own model, which then only tracks the version.
+    remote = recipe.plan.generators > 0 and not option.schema.samples_policy
+    generator = TorchGenerator(policy, device) if remote else option.fn(ctx, cfg=cfg.generation)
     return Run(task, recipe, tok, model, trainer, policy, generator, optimizer, scheduler, sampler, n_params, params,
                sharded, Path(ckpt), heads, compute_dtype(cfg.model.dtype, device), body,
-               shares_policy=getattr(generator, "policy", None) is policy)
+               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote)
 
 
 def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:
