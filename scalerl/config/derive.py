@@ -46,6 +46,10 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
           f"a generator process drives one device, so generation.tensor_parallel_size={tp} needs async=sync or "
           "async=ppo_off_policy (the trainer's process) for now; use generation.tensor_parallel_size=1 with "
           f"async={getattr(cfg, 'async').name}")
+    gen_body = getattr(cfg.precision, "generator_body", "auto")
+    check(not (cfg.generation.name != "torch" and gen_body != "auto"), "precision.generator_body",
+          f"generation={cfg.generation.name} sets its own body dtype with generation.dtype; use that instead of "
+          f"precision.generator_body={gen_body}")
     check(not (getattr(getattr(cfg, "async"), "swap_at", -1) >= 0 and cfg.filter.refill_rounds), "async.swap_at",
           f"a forced in-flight swap waits inside the next batch, so {cfg.filter.name}'s refills would wait forever; "
           "use async.swap_at=-1 or another filter")
