@@ -104,3 +104,19 @@ def arms(sweep: Path) -> list[Path]:
     """A sweep directory's run directories (each has the launch record its sweep wrote first),
     not its other folders (``previous/``: results moved aside, ``.submitit``)."""
     return sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "launch.json").exists())
+
+
+def plant_leading_trial(out_root: Path, steps: int = 3000) -> Path:
+    """Create ``<out_root>/sweeps/default/optuna.db`` with a study "planted" holding one finished
+    ``train.lr`` trial at 0.99 at every even step up to ``steps``: any new trial trails it from its
+    step-0 eval, so a median pruner cuts it. Returns the sweep directory."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    sweep = out_root / "sweeps" / "default"
+    sweep.mkdir(parents=True)
+    space = {"train.lr": FloatDistribution(5e-5, 3e-4, log=True)}
+    study = optuna.create_study(study_name="planted", storage=f"sqlite:///{sweep / 'optuna.db'}", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"train.lr": 1e-4}, distributions=space, value=0.99,
+                                              intermediate_values={s: 0.99 for s in range(0, steps + 1, 2)}))
+    return sweep

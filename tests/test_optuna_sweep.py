@@ -4,7 +4,7 @@ import json
 
 import optuna
 import pytest
-from helpers import read_rows, run_cli
+from helpers import plant_leading_trial, read_rows, run_cli
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from scalerl.core.errors import ConfigError
@@ -96,13 +96,8 @@ def test_a_study_runs_in_parallel_batches_and_a_relaunch_continues_it(tmp_path):
 
 @pytest.mark.slow
 def test_median_pruning_stops_a_trial_that_trails_a_finished_one(tmp_path):
-    sweep = tmp_path / "sweeps" / "default"
-    sweep.mkdir(parents=True)
-    space = {"train.lr": FloatDistribution(5e-5, 3e-4, log=True)}
-    study = optuna.create_study(study_name="planted", storage=f"sqlite:///{sweep / 'optuna.db'}", direction="maximize")
     # a finished trial far ahead at every step: any new trial is below the median from its step-0 eval on
-    study.add_trial(optuna.trial.create_trial(params={"train.lr": 1e-4}, distributions=space, value=0.99,
-                                              intermediate_values={s: 0.99 for s in range(0, 3001, 2)}))
+    sweep = plant_leading_trial(tmp_path)
     args = [*OPTUNA, "train.lr=tag(log, interval(5e-5, 3e-4))", "train.steps=3000", "train.eval_every=2",
             "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner=median",
             "hydra.sweeper.study_name=planted",

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import optuna
 import yaml
-from helpers import popen_cli, read_rows, run_cli, wait_for
-from optuna.distributions import FloatDistribution
+from helpers import plant_leading_trial, popen_cli, read_rows, run_cli, wait_for
 
 from scalerl.train.signals import STOP_REQUEST
 
@@ -42,12 +41,7 @@ def test_an_early_stopped_slurm_arm_ends_stopped_early_and_is_not_resubmitted(sl
 
 
 def test_optuna_trials_run_in_parallel_as_slurm_jobs_and_are_pruned(slurm_cluster, tmp_path):
-    sweep = tmp_path / "sweeps" / "default"
-    sweep.mkdir(parents=True)
-    space = {"train.lr": FloatDistribution(5e-5, 3e-4, log=True)}
-    study = optuna.create_study(study_name="planted", storage=f"sqlite:///{sweep / 'optuna.db'}", direction="maximize")
-    study.add_trial(optuna.trial.create_trial(params={"train.lr": 1e-4}, distributions=space, value=0.99,
-                                              intermediate_values={s: 0.99 for s in range(0, 3001, 2)}))
+    sweep = plant_leading_trial(tmp_path)  # a finished trial far ahead at every step
     args = ["-m", "hydra/sweeper=optuna", *SLURM, "train.lr=tag(log, interval(5e-5, 3e-4))", "train.steps=3000",
             "train.eval_every=2", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2", "hydra.sweeper.pruner=median",
             "+hydra.sweeper.pruner_kwargs.n_startup_trials=1", "hydra.sweeper.poll_s=0.5",
