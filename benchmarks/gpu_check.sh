@@ -2,9 +2,11 @@
 # Everything scalerl checks on a GPU, as one script for one GPU (about 3-5 min on an H100/H200; the
 # budget is 8): the tests in tests/gpu (one RL step of the tiny model and of a random ~0.5B
 # Qwen2-style model in bf16 with the fp32 head, sampler vs trainer log-probs, a sharded checkpoint
-# round trip, a 2-rank FSDP2 run if 2 GPUs are visible), then benchmarks/gpu_bench.py (copy
-# bandwidth, decode throughput at batch 256 against the memory-bandwidth bound, a training step's
-# FLOP/s). Writes one JSON: OUT_DIR/gpu_check.json.
+# round trip, a 2-rank FSDP2 run if 2 GPUs are visible), then the entry point itself on the GPU
+# (`python -m scalerl.sweep train.device=cuda`, warm start included, for GPU_RUN_STEPS=40 steps
+# with the recipe's pipeline_rl, with async=sync and with ppo_off_policy, killed and resumed),
+# then benchmarks/gpu_bench.py (copy bandwidth, decode throughput at batch 256 against the
+# memory-bandwidth bound, a training step's FLOP/s). Writes one JSON: OUT_DIR/gpu_check.json; "ok" is true when all three passed.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]      # default: $OUT if set, else benchmarks/gpu_results
 #
@@ -20,6 +22,7 @@ wheels=${SCALERL_WHEELS:-$repo/benchmarks/wheels}
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} SCALERL_CACHE=${SCALERL_CACHE:-/tmp/scalerl-gpu-cache}
 export SCALERL_NO_BAR=1 WANDB_MODE=disabled PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HYDRA_FULL_ERROR=1
 t0=$(date +%s)
+GPU_RUN_STEPS=${GPU_RUN_STEPS:-40}
 log() { echo "[gpu_check $(( $(date +%s) - t0 ))s] $*"; }
 
 # ------------------------------------------------------------------ 1. what is missing
@@ -43,20 +46,56 @@ print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', tr
 
 # ------------------------------------------------------------------ 2. the GPU tests
 log "tests/gpu"
-timeout 360 python -m pytest -q -rs -s -p no:cacheprovider tests/gpu --junitxml="$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log"
+timeout "${GPU_TESTS_TIMEOUT:-240}" python -m pytest -q -rs -s -p no:cacheprovider tests/gpu --junitxml="$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 
-# ------------------------------------------------------------------ 3. throughput
+# ------------------------------------------------------------------ 3. the entry point on CUDA
+# The README's own command on the GPU, warm start included: the ScaleRL recipe as configured
+# (pipeline_rl, its generator process on the same GPU, weights pushed across processes), then
+# async=sync, then ppo_off_policy (batches generated ahead and kept in checkpoints), which is
+# killed during its last eval (a fail point: SIGKILL, as kill -9) and relaunched, so a sharded
+# GPU checkpoint with pending batches is resumed. The run directories stay outside OUT; the
+# summary reads them.
+runs=${SCALERL_GPU_RUNS:-/tmp/scalerl-gpu-runs}
+rm -rf "$runs"
+for mode in ${GPU_RUN_MODES:-pipeline_rl sync ppo_off_policy}; do
+  cmd=(python -m scalerl.sweep logger=none train.device=cuda async=$mode train.steps=$GPU_RUN_STEPS
+       train.eval_every=$(( GPU_RUN_STEPS / 2 )) hydra.run.dir="$runs/$mode")
+  log "${cmd[*]}"
+  : > "$out/run_$mode.log"
+  if [ "$mode" = ppo_off_policy ]; then
+    SCALERL_FAILPOINT=eval@$GPU_RUN_STEPS timeout "${GPU_RUN_TIMEOUT:-150}" "${cmd[@]}" >> "$out/run_$mode.log" 2>&1
+    echo "[gpu_check] killed at eval@$GPU_RUN_STEPS (exit $?); relaunching" | tee -a "$out/run_$mode.log"
+  fi
+  timeout "${GPU_RUN_TIMEOUT:-150}" "${cmd[@]}" >> "$out/run_$mode.log" 2>&1
+  echo $? > "$runs/$mode.rc"
+  tail -n 4 "$out/run_$mode.log"
+done
+
+# ------------------------------------------------------------------ 4. throughput
 log "benchmarks/gpu_bench.py"
-timeout 300 python benchmarks/gpu_bench.py --out "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.log"
+timeout "${GPU_BENCH_TIMEOUT:-150}" python benchmarks/gpu_bench.py --out "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.log"
 bench_rc=${PIPESTATUS[0]}
 
-# ------------------------------------------------------------------ 4. one JSON
-python - "$out" "$tests_rc" "$bench_rc" "$(( $(date +%s) - t0 ))" <<'PY'
-import json, sys, xml.etree.ElementTree as ET
+# ------------------------------------------------------------------ 5. one JSON
+python - "$out" "$tests_rc" "$bench_rc" "$(( $(date +%s) - t0 ))" "$runs" <<'PY'
+import json, statistics, sys, xml.etree.ElementTree as ET
 from pathlib import Path
 import torch, transformers
 out, tests_rc, bench_rc, seconds = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+runs = {}
+for rc_file in sorted(Path(sys.argv[5]).glob("*.rc")):
+    d, rc = rc_file.with_suffix(""), int(rc_file.read_text())
+    rows = lambda name: [json.loads(l) for l in (d / name).read_text().splitlines()] if (d / name).exists() else []
+    steps, evals = rows("steps.jsonl"), rows("metrics.jsonl")
+    med = lambda k: statistics.median(s[k] for s in steps) if steps and k in steps[0] else None
+    runs[d.name] = {"exit_code": rc, "steps": len(steps),
+                    "eval_steps": [e["step"] for e in evals],
+                    "pass_rate": {e["step"]: round(e["pass_rate"], 4) for e in evals},
+                    "nonfinite": sum(s.get("nonfinite", 0) for s in steps),
+                    "median_step_time_s": med("step_time_s"), "median_samples_per_s": med("samples_per_s"),
+                    "median_logp_mismatch": med("logp_mismatch"), "mean_staleness": med("staleness_mean"),
+                    "derived": json.loads((d / "derived.json").read_text()) if (d / "derived.json").exists() else None}
 tests = []
 if (out / "gpu_tests.xml").exists():
     for case in ET.parse(out / "gpu_tests.xml").iter("testcase"):
@@ -72,9 +111,10 @@ bench = json.loads((out / "gpu_bench.json").read_text()) if (out / "gpu_bench.js
 result = {"ok": tests_rc == 0 and bench_rc == 0, "seconds": seconds, "torch": torch.__version__,
           "cuda": torch.version.cuda, "transformers": transformers.__version__,
           "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-          "tests_exit_code": tests_rc, "tests": tests, "bench_exit_code": bench_rc, "bench": bench}
+          "tests_exit_code": tests_rc, "tests": tests, "runs": runs, "bench_exit_code": bench_rc, "bench": bench}
+result["ok"] = result["ok"] and bool(runs) and all(r["exit_code"] == 0 and r["nonfinite"] == 0 for r in runs.values())
 (out / "gpu_check.json").write_text(json.dumps(result, indent=2))
 print(json.dumps({k: v for k, v in result.items() if k != "bench"}, indent=2))
 PY
 log "wrote $out/gpu_check.json"
-[ "$tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+python -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['ok'] else 1)" "$out/gpu_check.json"

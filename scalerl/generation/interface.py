@@ -58,6 +58,13 @@ class Generation:
     def lengths(self) -> torch.Tensor:
         return self.present.sum(-1)
 
+    def to(self, device) -> Generation:
+        """This generation with every tensor on ``device`` (itself if they already are there)."""
+        device = torch.device(device)
+        if self.tokens.device == device:
+            return self
+        return Generation(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+
 
 class Generator(Protocol):
     """A sampler the trainer hands its weights to. The trainer never sees what is behind it."""

@@ -165,8 +165,10 @@ class GeneratorServer:
             except _Stopped:
                 return
             elapsed = time.monotonic() - self.t0
+            # Sent on the CPU: pickled CUDA tensors would come back on the trainer's device of the same
+            # index, which with CUDA_VISIBLE_DEVICES remapped (vLLM) is not this process's GPU.
             self.spoke.send(f"done/{self.spec.rank}/{job}", job, {"idle_s": self.idle_s, "push_s": self.push_s,
-                                                               "elapsed_s": elapsed}, gen)
+                                                               "elapsed_s": elapsed}, gen.to("cpu"))
 
     def between_steps(self, step: int, t: int) -> None:
         if self.spec.in_flight:

@@ -39,7 +39,8 @@ from scalerl.train.weights import trainer_state_dict
 
 def generator_device(trainer: torch.device, j: int) -> str:
     """Generator j's device: CPU with a CPU trainer; else the GPUs after the trainer's, wrapping
-    around (with too few GPUs, generators share them). Untested here: no GPU."""
+    around (with too few GPUs, generators share them). Run on one GPU, which the generator shares
+    (benchmarks/gpu_check.sh); several GPUs are untested."""
     if trainer.type != "cuda":
         return "cpu"
     first = trainer.index if trainer.index is not None else torch.cuda.current_device()
@@ -137,11 +138,11 @@ class PipelineSchedule:
         job, self.next_job = self.next_job, self.next_job + 1
         self.pool.order(job, version, version, self._shards(list(prompts), params))
         parts = self.pool.collect(job, version)
-        return _to(cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id), self.device)
+        return cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id).to(self.device)
 
     def _receive(self, job: int, step: int) -> tuple[Rollout, list[tuple[Generation, dict]]]:
         parts = self.pool.collect(job, step)
-        gen = _to(cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id), self.device)
+        gen = cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id).to(self.device)
         ro = score(self.requests.pop(job), gen, self.cfg.batch.generations, tok=self.gen_kw["tok"], task=self.r.task,
                    device=self.device)
         return ro, parts
@@ -164,7 +165,7 @@ class PipelineSchedule:
             if self.dispatched == step:  # no later step drawn yet: the refill's prompts belong to this step
                 self.snapshots[step] = r.sampler.state_dict()
         self.wait_s = time.perf_counter() - t0
-        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.plan.max_lag)
+        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.plan.max_lag).cpu()
         idle = []
         for j, h in enumerate(clocks):
             idle_before, t_before = self.clocks[j]
@@ -223,6 +224,3 @@ class _Generators:
     def close(self) -> None:
         pass
 
-
-def _to(gen: Generation, device: torch.device) -> Generation:
-    return gen if device.type == "cpu" else Generation(**{k: v.to(device) for k, v in vars(gen).items()})

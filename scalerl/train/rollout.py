@@ -120,8 +120,11 @@ def rollout_state(ro: Rollout) -> dict:
     return {f.name: getattr(ro, f.name) for f in dataclasses.fields(Rollout) if f.name != "gen"} | {"gen": gen}
 
 
-def rollout_from_state(state: dict) -> Rollout:
-    return Rollout(**{**state, "gen": Generation(**state["gen"])})
+def rollout_from_state(state: dict, device) -> Rollout:
+    """The inverse of ``rollout_state``, with the token tensors on ``device`` (per-group scores stay
+    on the CPU, as ``score`` makes them)."""
+    return Rollout(**{**state, "prompt_ids": state["prompt_ids"].to(device), "prompt_mask": state["prompt_mask"].to(device),
+                      "gen": Generation(**state["gen"]).to(device)})
 
 
 def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok, task, max_new_tokens: int,

@@ -38,7 +38,8 @@ class Batch:
     prompts: list[int]
     """The whole step's prompt indices (identical on every rank)."""
     fresh: torch.Tensor
-    """(P_rank,) bool: groups within the lag bound (a group that is not is dropped, see ``within_lag``)."""
+    """(P_rank,) bool on the CPU, like the rewards: groups within the lag bound (a group that is not
+    is dropped, see ``within_lag``)."""
 
 
 class Schedule(Protocol):
@@ -115,7 +116,8 @@ class LocalSchedule:
         ro, prompts, drawn = self.pending.pop(step)
         self.drawn_at = {step: drawn}
         self.gen_s = time.perf_counter() - t0
-        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, ro.correct.shape[1], max_lag=self.plan.max_lag)
+        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, ro.correct.shape[1],
+                           max_lag=self.plan.max_lag).cpu()
         self.last = {**batch_stats(ro, fresh, step - 1), "queue_depth": depth}
         return Batch(ro, prompts, fresh)
 
@@ -143,7 +145,8 @@ class LocalSchedule:
                             for step, (ro, prompts, drawn) in self.pending.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.pending = {step: (rollout_from_state(p["rollout"]), p["prompts"], p["drawn"])
+        device = self.gen_kw["device"]  # checkpoints load onto the CPU; the run may be on a GPU
+        self.pending = {step: (rollout_from_state(p["rollout"], device), p["prompts"], p["drawn"])
                         for step, p in state.get("pending", {}).items()}
 
     def close(self) -> None:
