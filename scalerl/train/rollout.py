@@ -123,8 +123,8 @@ def rollout_state(ro: Rollout) -> dict:
 def rollout_from_state(state: dict, device) -> Rollout:
     """The inverse of ``rollout_state``, with the token tensors on ``device`` (per-group scores stay
     on the CPU, as ``score`` makes them)."""
-    return Rollout(**{**state, "prompt_ids": state["prompt_ids"].to(device), "prompt_mask": state["prompt_mask"].to(device),
-                      "gen": Generation(**state["gen"]).to(device)})
+    tokens = {k: state[k].to(device) for k in ("prompt_ids", "prompt_mask")}
+    return Rollout(**{**state, **tokens, "gen": Generation(**state["gen"]).to(device)})
 
 
 def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok, task, max_new_tokens: int,
