@@ -6,7 +6,8 @@
 # (`python -m scalerl.sweep train.device=cuda`, warm start included, for GPU_RUN_STEPS=40 steps
 # with the recipe's pipeline_rl, with async=sync and with ppo_off_policy, killed and resumed),
 # then benchmarks/gpu_bench.py (copy bandwidth, decode throughput at batch 256 against the
-# memory-bandwidth bound, a training step's FLOP/s). Writes one JSON: OUT_DIR/gpu_check.json; "ok" is true when all three passed.
+# memory-bandwidth bound, a training step's FLOP/s). Writes one JSON: OUT_DIR/gpu_check.json;
+# "ok" is true when all three passed.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]      # default: $OUT if set, else benchmarks/gpu_results
 #
@@ -53,9 +54,10 @@ tests_rc=${PIPESTATUS[0]}
 # The README's own command on the GPU, warm start included: the ScaleRL recipe as configured
 # (pipeline_rl, its generator process on the same GPU, weights pushed across processes), then
 # async=sync, then ppo_off_policy (batches generated ahead and kept in checkpoints), which is
-# killed during its last eval (a fail point: SIGKILL, as kill -9) and relaunched, so a sharded
-# GPU checkpoint with pending batches is resumed. The run directories stay outside OUT; the
-# summary reads them.
+# killed during its last eval (a fail point: SIGKILL, as kill -9) and relaunched: it resumes from
+# its last sharded checkpoint, which for this schedule is a phase boundary (a sharded checkpoint
+# does not hold the batches generated ahead; docs/async.md). The run directories stay outside
+# OUT; the summary reads them.
 runs=${SCALERL_GPU_RUNS:-/tmp/scalerl-gpu-runs}
 rm -rf "$runs"
 for mode in ${GPU_RUN_MODES:-pipeline_rl sync ppo_off_policy}; do
@@ -108,11 +110,11 @@ if (out / "gpu_tests.xml").exists():
                 break
         tests.append({"test": case.get("name"), "seconds": float(case.get("time", 0)), "status": status})
 bench = json.loads((out / "gpu_bench.json").read_text()) if (out / "gpu_bench.json").exists() else None
-result = {"ok": tests_rc == 0 and bench_rc == 0, "seconds": seconds, "torch": torch.__version__,
+runs_ok = bool(runs) and all(r["exit_code"] == 0 and r["nonfinite"] == 0 for r in runs.values())
+result = {"ok": tests_rc == 0 and bench_rc == 0 and runs_ok, "seconds": seconds, "torch": torch.__version__,
           "cuda": torch.version.cuda, "transformers": transformers.__version__,
           "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
           "tests_exit_code": tests_rc, "tests": tests, "runs": runs, "bench_exit_code": bench_rc, "bench": bench}
-result["ok"] = result["ok"] and bool(runs) and all(r["exit_code"] == 0 and r["nonfinite"] == 0 for r in runs.values())
 (out / "gpu_check.json").write_text(json.dumps(result, indent=2))
 print(json.dumps({k: v for k, v in result.items() if k != "bench"}, indent=2))
 PY
