@@ -3,8 +3,9 @@
     python benchmarks/bench_async.py [--steps 60] [--threads 2] [--max-lag 8] [--split 1+1]
 
 Both arms: the ScaleRL recipe on the embedded task (16 prompts x 16
-generations), the same seed, ``--threads`` cores in all. ``sync`` runs one
-process with all the threads and alternates generation and training;
+generations, the batch of the recorded results), the same seed, ``--threads``
+cores in all. ``sync`` runs one process with all the threads and alternates
+generation and training;
 ``pipeline_rl`` overlaps a trainer and a generator process, with threads split
 ``--split T+G`` (default: one for the generator, the rest for the trainer; a
 split adding up to more than ``--threads`` oversubscribes the same cores).
@@ -26,7 +27,7 @@ from scalerl.config import compose, validate
 from scalerl.core.jsonio import JsonlFile
 from scalerl.train.loop import train
 
-BASE = ["logger=none", "train.eval_every=100000", "train.ckpt_every=100000", "train.eval_samples=1"]
+BASE = ["logger=none", "batch.prompts=16", "train.eval_every=100000", "train.ckpt_every=100000", "train.eval_samples=1"]
 
 
 def measure(arm: list[str], steps: int, threads: int, skip: int) -> dict:
