@@ -102,13 +102,10 @@ class TorchGenerator:
         stopped = torch.zeros(n, dtype=torch.bool, device=dev)
         interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
-        versions = torch.zeros((n, max_len), dtype=torch.long, device=dev)
 
         if between_steps is not None:
             between_steps(0)
         cache = DynamicCache()
-        if between_steps is not None:
-            between_steps(0)
         h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)  # (P, W, H)
         if params.n > 1:  # share each prompt's prefill across its n samples
             cache.batch_repeat_interleave(params.n)

@@ -96,7 +96,8 @@ def test_two_task_arm_trains_with_gloo_across_slurm_tasks(slurm_cluster, tmp_pat
     run_cli(args, tmp_path, timeout=600)
     (run_dir,) = arms(tmp_path / "sweeps" / "default")
     derived = json.loads((run_dir / "derived.json").read_text())
-    assert derived["world_size"] == 2 and derived["prompts_per_rank"] == 8
+    prompts = validate(compose(["loss=cispo"])).batch.prompts   # the default batch, split over 2 ranks
+    assert derived["world_size"] == 2 and derived["prompts_per_rank"] == prompts // 2
     assert [r["step"] for r in read_rows(run_dir / "metrics.jsonl")] == [0, 2, 4]
     assert (run_dir / "checkpoints" / "step_00000004" / ".metadata").exists()  # sharded checkpoints
     one = tmp_path / "one_rank"
