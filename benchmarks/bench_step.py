@@ -1,14 +1,23 @@
 """One RL step: scalerl vs TRL's GRPOTrainer, same tiny model, batch and task.
 
-    python benchmarks/bench_step.py [--steps 6] [--threads 1] [--async pipeline_rl]
+    python benchmarks/bench_step.py [--steps 6] [--rounds 4] [--threads 1] [--async pipeline_rl]
 
 Both sides: the embedded warm-started tiny Llama, 16 prompts x 16 generations,
 at most 8 completion tokens, T=1, CISPO-style loss with token aggregation and
 per-group std normalization, no KL/reference model, one optimizer update per
 generation batch, fp32 on CPU, the same torch thread count, in one process.
-A "step" is generation + reward + loss + backward + AdamW. The first step of
-each side is discarded (allocator/warm-up); we report the median of the rest,
-interleaving A-B-A so drift on a noisy machine hits both sides.
+A "step" is generation + reward + loss + backward + AdamW. The sides take turns
+in ``--rounds`` blocks of ``--steps`` steps (A-B, B-A, A-B, ...; the first step
+of each block is discarded). Each round's ratio is TRL's median step over
+scalerl's in that round, and the headline is the median of the rounds' ratios:
+a shared VM drifts by tens of percent over a minute, so a ratio is only
+meaningful between blocks run seconds apart.
+
+Each side loads the checkpoint its own default way: scalerl with the tiny
+model option's ``attn_implementation: auto`` (eager in fp32; then its generator
+samples through ``scalerl/models/lean.py``), TRL with transformers' default (sdpa).
+``--trl-attn eager`` gives TRL's model the same attention, to show how much
+of the ratio is that choice.
 
 ``--async pipeline_rl`` runs scalerl's side as PipelineRL (arXiv 2510.13786
 §3.1) on the same cores: one thread generates in its own process while the
@@ -46,7 +55,7 @@ def scalerl_step_times(steps: int, threads: int, mode: str = "sync", split: str 
         return [r["step_time_s"] for r in JsonlFile(Path(d) / "steps.jsonl").rows()][1:]
 
 
-def trl_step_times(steps: int, threads: int, model_path: Path, task) -> list[float]:
+def trl_step_times(steps: int, threads: int, model_path: Path, task, attn: str | None = None) -> list[float]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -76,7 +85,8 @@ def trl_step_times(steps: int, threads: int, model_path: Path, task) -> list[flo
                           loss_type="cispo", beta=0.0, max_steps=steps, use_cpu=True, report_to=[],
                           logging_steps=10_000, save_strategy="no", bf16=False, seed=0, dataloader_num_workers=0,
                           disable_dropout=True)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        kw = {"attn_implementation": attn} if attn else {}
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, **kw)
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok,
                               callbacks=[Timer()])
         trainer.train()
@@ -85,21 +95,38 @@ def trl_step_times(steps: int, threads: int, model_path: Path, task) -> list[flo
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=6, help="steps per block (plus one discarded)")
+    ap.add_argument("--rounds", type=int, default=4, help="blocks per side, alternating A-B, B-A, ...")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--async", dest="mode", default="sync", choices=["sync", "pipeline_rl"])
     ap.add_argument("--split", default=None, help="pipeline_rl threads as TRAINER+GENERATOR (default: the rest+1)")
+    ap.add_argument("--trl-attn", default=None, help="attn_implementation for TRL's model (default: transformers')")
     a = ap.parse_args()
     task, model_path = prepare_checkpoint(validate(compose(OVERRIDES)))  # the warm-started tiny model
     skip = 0 if a.mode == "sync" else 2  # the pipeline's first steps wait for its generator to start streaming
-    ours = scalerl_step_times(a.steps + skip, a.threads, a.mode, a.split)[skip:]
-    theirs = trl_step_times(a.steps, a.threads, model_path, task)
-    ours += scalerl_step_times(a.steps + skip, a.threads, a.mode, a.split)[skip:]
-    s, t = statistics.median(ours), statistics.median(theirs)
-    print(f"scalerl  median step {s * 1000:8.1f} ms  ({len(ours)} steps: {', '.join(f'{x * 1000:.0f}' for x in ours)})")
-    print(f"TRL GRPO median step {t * 1000:8.1f} ms  ({len(theirs)} steps: {', '.join(f'{x * 1000:.0f}' for x in theirs)})")
+
+    def ours() -> list[float]:
+        return scalerl_step_times(a.steps + 1 + skip, a.threads, a.mode, a.split)[skip:]
+
+    def theirs() -> list[float]:
+        return trl_step_times(a.steps + 1, a.threads, model_path, task, a.trl_attn)
+
+    rounds = []
+    for r in range(a.rounds):
+        first, second = (ours, theirs) if r % 2 == 0 else (theirs, ours)
+        x, y = first(), second()
+        s, t = (x, y) if first is ours else (y, x)
+        rounds.append((statistics.median(s), statistics.median(t)))
+        print(f"round {r + 1}: scalerl {rounds[-1][0] * 1000:6.1f} ms, TRL {rounds[-1][1] * 1000:6.1f} ms, "
+              f"ratio {rounds[-1][1] / rounds[-1][0]:.2f}x", flush=True)
+    ratios = [t / s for s, t in rounds]
+    s, t = statistics.median(r[0] for r in rounds), statistics.median(r[1] for r in rounds)
     split = f" {a.split}" if a.split and a.mode == "pipeline_rl" else ""
-    print(f"ratio TRL/scalerl = {t / s:.2f}x  (target >= 3x; threads={a.threads}, async={a.mode}{split}, "
+    split += f", TRL attn {a.trl_attn}" if a.trl_attn else ""
+    print(f"scalerl  median step {s * 1000:8.1f} ms  (median of {a.rounds} blocks of {a.steps} steps)")
+    print(f"TRL GRPO median step {t * 1000:8.1f} ms")
+    print(f"ratio TRL/scalerl = {statistics.median(ratios):.2f}x  (median of the rounds' ratios "
+          f"{min(ratios):.2f}-{max(ratios):.2f}; target >= 3x; threads={a.threads}, async={a.mode}{split}, "
           f"torch {torch.__version__})")
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Callable, Iterable, Optional, Sequence
 
 import torch
-from transformers import DynamicCache
 
 from scalerl.generation.interface import Generation, SamplingParams
 from scalerl.generation.noise import row_keys, sample_inverse_cdf, uniforms
@@ -105,7 +104,7 @@ class TorchGenerator:
 
         if between_steps is not None:
             between_steps(0)
-        cache = DynamicCache()
+        cache = pol.new_cache(ids.shape[1] + max_len)
         h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)  # (P, W, H)
         if params.n > 1:  # share each prompt's prefill across its n samples
             cache.batch_repeat_interleave(params.n)

@@ -187,7 +187,8 @@ class GeneratorServer:
                             "model, which this engine does not expose; check its pushes on the log-probs of what "
                             "it samples (tests/test_vllm_pipeline.py)")
         ids, mask = ids.to(dev), mask.to(dev)
-        h, _ = pol.hidden(ids, mask, positions_from_mask(mask))
+        # Through a fresh cache, as the sampler's prefill: the probe checks the path that samples.
+        h, _ = pol.hidden(ids, mask, positions_from_mask(mask), cache=pol.new_cache(ids.shape[1]))
         return pol.logits(h[:, -1], side="gen").cpu()
 
 

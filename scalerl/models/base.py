@@ -42,7 +42,8 @@ class ModelConfig:
     dtype: str = "auto"
     """Body compute dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16."""
     attn_implementation: Optional[str] = None
-    """Passed to from_pretrained (e.g. sdpa, flash_attention_2); None = transformers' default."""
+    """Passed to from_pretrained (e.g. eager, sdpa, flash_attention_2); None = transformers' default;
+    auto = eager when the body computes in fp32, else transformers' default (``train/setup.py``)."""
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:

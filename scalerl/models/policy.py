@@ -12,6 +12,7 @@ import inspect
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
 from scalerl.precision.base import HeadFn
 
 
@@ -87,10 +88,11 @@ class Policy:
 
     ``head_weight`` overrides the model's LM head weight on the generator side
     (a generator copy in bf16 keeps an fp32 head weight for the fp32 head).
+    ``lean``: sample through ``LeanLlama`` where it supports the model (``lean.py``).
     """
 
     def __init__(self, model: PreTrainedModel, *, gen_head: HeadFn, train_head: HeadFn,
-                 head_weight: torch.Tensor | None = None):
+                 head_weight: torch.Tensor | None = None, lean: bool = True):
         self.model = model
         self.body = model.get_decoder()
         self.head_weight = model.get_output_embeddings().weight if head_weight is None else head_weight
@@ -98,9 +100,16 @@ class Policy:
         self.train_head = train_head
         self._cache_kw = _cache_kw(self.body)
         self._trainer = None
+        self.lean = LeanLlama(self.body) if lean and lean_supported(model) else None
+
+    def new_cache(self, capacity: int):
+        """An empty KV cache for ``hidden`` holding up to ``capacity`` positions per row."""
+        return self.lean.new_cache(capacity) if self.lean is not None else DynamicCache()
 
     def hidden(self, input_ids, attention_mask, position_ids, cache=None):
         """Run the body. Returns (last hidden states (N, T, H), cache)."""
+        if isinstance(cache, LeanCache):  # only from new_cache, so self.lean is set
+            return self.lean.forward(input_ids, attention_mask, position_ids, cache), cache
         return run_body(self.body, self._cache_kw, input_ids, attention_mask, position_ids, cache)
 
     def logits(self, hidden: torch.Tensor, side: str) -> torch.Tensor:

@@ -66,7 +66,7 @@ class PipelineSchedule:
             rank=0, n_generators=plan.generators, checkpoint=str(r.checkpoint), device="cpu",
             dtype=str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch."),
             compute_dtype=str(r.compute_dtype).removeprefix("torch."), heads=r.recipe.heads,
-            attn_implementation=cfg.model.attn_implementation, threads=gen_threads,
+            attn_implementation=r.attn, threads=gen_threads,
             timeout_s=plan.timeout_s, in_flight=plan.in_flight, pace=plan.pace, swap_at=plan.swap_at, schema=(),
             generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
         self.pool = GeneratorPool(spec, plan.generators, trainer_state_dict(r.model),

@@ -85,6 +85,8 @@ class Run:
     """The run's engine lives in the generator processes only (``async=pipeline_rl`` with an engine
     that loads its own weights, e.g. vLLM): they sample evaluations too; ``generator`` only keeps
     the trainer's version."""
+    attn: Optional[str] = None
+    """The attention implementation every copy of the model loads with (``attn_implementation``)."""
 
     def sync_generator(self, version: int) -> None:
         """After an update (or a resume): the in-process generator samples from the trainer's
@@ -134,12 +136,23 @@ def body_dtype(cfg, device: torch.device) -> torch.dtype:
     return build_recipe(cfg).heads(dtype).body_dtype or dtype
 
 
+def attn_implementation(cfg, device: torch.device) -> Optional[str]:
+    """``model.attn_implementation`` with ``auto`` resolved: eager where the trainer's body computes
+    in fp32, else transformers' default. Eager is faster for the tiny model (``conf/model/tiny.yaml``)
+    but not safe in bf16 under FSDP2: its fp32 mask of -3.4e38 becomes -inf when the layer inputs
+    are cast, a padding row's softmax is then NaN, and 0 x NaN reaches the real tokens."""
+    attn = cfg.model.attn_implementation
+    if attn != "auto":
+        return attn
+    return "eager" if body_dtype(cfg, device) == torch.float32 else None
+
+
 def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     recipe = build_recipe(cfg)
     device, sharded = dist.device, dist.mesh is not None
     body = body_dtype(cfg, device)
     heads = recipe.heads(compute_dtype(cfg.model.dtype, device))
-    attn = cfg.model.attn_implementation
+    attn = attn_implementation(cfg, device)
     # Sharded: fp32 master weights, loaded on the CPU; fully_shard moves each unit's shard to the device.
     model, tok = load_checkpoint(ckpt, dtype=torch.float32 if sharded else body,
                                  device=torch.device("cpu") if sharded else device, attn_implementation=attn)
@@ -159,9 +172,11 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
         policy = Policy(model, gen_head=heads.gen, train_head=heads.train)
     params = [p for p in trainer.parameters() if p.requires_grad]
     t = cfg.train
-    # foreach: one op over all (sharded) tensors; torch's default would step DTensors one by one on CPU.
+    # foreach: one op over all (sharded) tensors; torch's default would step them one by one on CPU. Not
+    # fused, though faster still: its rounding differs from foreach's, and 1 and 2 ranks must sample
+    # the same tokens (tests/test_distributed.py), which needs bit-identical weights.
     optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), eps=t.adam_eps, weight_decay=t.weight_decay,
-                                  foreach=True if sharded else None)
+                                  foreach=True)
     # Constant lr after a linear warm-up (arXiv 2510.13786 §2: 100 warm-up steps, then constant).
     warm = max(t.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
@@ -176,7 +191,7 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     generator = TorchGenerator(policy, device) if remote else option.fn(ctx, cfg=cfg.generation)
     return Run(task, recipe, tok, model, trainer, policy, generator, optimizer, scheduler, sampler, n_params, params,
                sharded, Path(ckpt), heads, compute_dtype(cfg.model.dtype, device), body,
-               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote)
+               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote, attn=attn)
 
 
 def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:
@@ -185,7 +200,7 @@ def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:
     gen_dtype = r.heads.gen_body_dtype
     if gen_dtype is None or gen_dtype == r.body_dtype:
         return None
-    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=device)
+    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=device, attn_implementation=r.attn)
     model.eval()
     return TorchGenerator(Policy(model, gen_head=r.heads.gen, train_head=r.heads.gen), device)
 
