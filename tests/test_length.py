@@ -1,5 +1,6 @@
 """Length control: interruption insertion and the overlong penalty."""
 import torch
+from transformers import DynamicCache
 
 from scalerl.generation import SamplingParams
 from scalerl.generation.torch_sampler import TorchGenerator
@@ -12,6 +13,9 @@ EOS, PAD, FILLER = 2, 0, 7
 
 class ScriptedPolicy:
     """Always emits FILLER (never EOS) unless the last input token is 9, then EOS."""
+
+    def new_cache(self, capacity):
+        return DynamicCache()
 
     def hidden(self, ids, mask, pos, cache=None):
         return ids[:, -1:].float().unsqueeze(-1), cache
@@ -83,6 +87,9 @@ class ThinkingPolicy:
     The next token depends only on the position (the prompt [1, 5] ends at position 1)."""
 
     SCRIPT = {1: 7, 2: 10, 3: 11}
+
+    def new_cache(self, capacity):
+        return DynamicCache()
 
     def hidden(self, ids, mask, pos, cache=None):
         return pos[:, -1:].float().unsqueeze(-1), cache
