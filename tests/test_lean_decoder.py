@@ -11,7 +11,7 @@ from scalerl.generation.torch_sampler import TorchGenerator, left_pad
 from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
 from scalerl.models.policy import Policy, positions_from_mask, run_body, _cache_kw
 from scalerl.precision.base import linear_head
-from scalerl.train.setup import attn_implementation
+from scalerl.train.setup import attn_implementation, body_dtype
 
 
 def _llama(dtype=torch.float32, attn="eager", kv_heads=2, **extra) -> LlamaForCausalLM:
@@ -123,6 +123,11 @@ def test_the_tiny_model_is_eager_in_fp32_only():
     default, since eager's mask turns to -inf under FSDP2's input cast and NaNs reach the loss
     (tests/test_mixed_precision.py runs that bf16 step)."""
     cpu = torch.device("cpu")
-    assert attn_implementation(validate(compose(["logger=none"])), cpu) == "eager"
-    assert attn_implementation(validate(compose(["logger=none", "model.dtype=bfloat16"])), cpu) is None
-    assert attn_implementation(validate(compose(["logger=none", "model.attn_implementation=sdpa"])), cpu) == "sdpa"
+
+    def resolved(*overrides):
+        cfg = validate(compose(["logger=none", *overrides]))
+        return attn_implementation(cfg, body_dtype(cfg, cpu))
+
+    assert resolved() == "eager"
+    assert resolved("model.dtype=bfloat16") is None
+    assert resolved("model.attn_implementation=sdpa") == "sdpa"

@@ -87,7 +87,9 @@ class LeanLlama:
         self.n_kv = body.config.num_key_value_heads
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
-        self._fused: tuple | None = None
+        # The layers' parameters, listed once: the weight-version key is read before every call.
+        self._params = [p for layer in body.layers for p in layer.parameters()]
+        self._fused: list | None = None
         self._key: tuple | None = None
         self._tables: dict = {}
 
@@ -96,8 +98,7 @@ class LeanLlama:
 
     def _weights(self) -> list[tuple]:
         """Per layer: (norm1, qkv, o, norm2, gate_up, down), concatenated once per weight version."""
-        params = [p for layer in self.body.layers for p in layer.parameters()]
-        key = tuple((p.data_ptr(), p._version) for p in params)
+        key = tuple((p.data_ptr(), p._version) for p in self._params)
         if key != self._key:
             self._fused = [(layer.input_layernorm, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
                             a.o_proj.weight, layer.post_attention_layernorm,

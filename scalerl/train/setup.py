@@ -136,15 +136,16 @@ def body_dtype(cfg, device: torch.device) -> torch.dtype:
     return build_recipe(cfg).heads(dtype).body_dtype or dtype
 
 
-def attn_implementation(cfg, device: torch.device) -> Optional[str]:
-    """``model.attn_implementation`` with ``auto`` resolved: eager where the trainer's body computes
-    in fp32, else transformers' default. Eager is faster for the tiny model (``conf/model/tiny.yaml``)
-    but not safe in bf16 under FSDP2: its fp32 mask of -3.4e38 becomes -inf when the layer inputs
-    are cast, a padding row's softmax is then NaN, and 0 x NaN reaches the real tokens."""
+def attn_implementation(cfg, body: torch.dtype) -> Optional[str]:
+    """``model.attn_implementation`` with ``auto`` resolved for the trainer's body dtype ``body``
+    (``body_dtype``): eager in fp32, else transformers' default. Eager is faster for the tiny model
+    (``conf/model/tiny.yaml``) but not safe in bf16 under FSDP2: its fp32 mask of -3.4e38 becomes
+    -inf when the layer inputs are cast, a padding row's softmax is then NaN, and 0 x NaN reaches
+    the real tokens."""
     attn = cfg.model.attn_implementation
     if attn != "auto":
         return attn
-    return "eager" if body_dtype(cfg, device) == torch.float32 else None
+    return "eager" if body == torch.float32 else None
 
 
 def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
@@ -152,7 +153,7 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     device, sharded = dist.device, dist.mesh is not None
     body = body_dtype(cfg, device)
     heads = recipe.heads(compute_dtype(cfg.model.dtype, device))
-    attn = attn_implementation(cfg, device)
+    attn = attn_implementation(cfg, body)
     # Sharded: fp32 master weights, loaded on the CPU; fully_shard moves each unit's shard to the device.
     model, tok = load_checkpoint(ckpt, dtype=torch.float32 if sharded else body,
                                  device=torch.device("cpu") if sharded else device, attn_implementation=attn)
