@@ -1,5 +1,6 @@
 """Tokenizer and model round trips, log-probs against F.cross_entropy, and the
 sampler's behaviour log-probs against the trainer's recomputation."""
+import pytest
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -110,6 +111,28 @@ def test_shared_prefix_equals_full_forward_values_and_gradients(tmp_path):
     # ...and the sampler's behaviour log-probs (computed with the shared prefill) agree too.
     lp = token_logprobs(shared.detach(), g.tokens)
     assert torch.allclose(lp[g.present], g.logprobs[g.present], atol=1e-5)
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_trainer_logits_for_the_narrowest_completions(tmp_path, width):
+    """The trainer feeds a completion's tokens but its last (nothing reads that position), and
+    still runs the pass for a 1-token completion (FSDP2 ranks must run the same layer forwards).
+    Both widths against a plain forward of prompt+completion."""
+    from scalerl.generation.torch_sampler import left_pad
+    from scalerl.models.policy import positions_from_mask
+
+    model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float64, device=torch.device("cpu"))
+    pol = Policy(model, gen_head=linear_head(torch.float64), train_head=linear_head(torch.float64))
+    prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
+    ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
+    tokens = torch.tensor([[5, 6], [7, 8]])[:, :width]
+    present = torch.tensor([[1, 1], [1, 0]])[:, :width]
+    got = pol.completion_logits(ids, mask, tokens, present)
+    assert got.shape == (2, width, model.config.vocab_size)
+    full_mask = torch.cat([mask, present], 1)
+    h, _ = pol.hidden(torch.cat([ids, tokens], 1), full_mask, positions_from_mask(full_mask))
+    want = pol.logits(h[:, ids.shape[1] - 1 : -1], side="train")
+    assert torch.allclose(got[present.bool()], want[present.bool()], atol=1e-10)
 
 
 def test_inverse_cdf_sampling_matches_the_categorical_distribution():

@@ -74,13 +74,18 @@ class CompletionLogits(torch.nn.Module):
         h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
         if group > 1:
             cache.batch_repeat_interleave(group)
+        # Token t's logits come from position t-1, so the last token is not fed: nothing reads
+        # its hidden state, and causal attention keeps it out of every earlier one. A 1-token
+        # completion still runs the pass (its output unused): under FSDP2 every rank must run
+        # the same number of layer forwards, whatever its rows' widths.
+        fed = max(tokens.shape[1] - 1, 1)
         pmask = prompt_mask.repeat_interleave(group, 0)  # (N, W)
-        mask = torch.cat([pmask, token_mask], dim=1)  # (N, W+T)
+        mask = torch.cat([pmask, token_mask[:, :fed]], dim=1)  # (N, W+fed)
         pos = positions_from_mask(mask)[:, pmask.shape[1] :]
-        h, _ = run_body(body, kw, tokens, mask, pos, cache=cache)  # (N, T, H)
+        h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
         first = h_prompt[:, -1:].repeat_interleave(group, 0)  # last prompt position predicts token 0
         weight = self.model.get_output_embeddings().weight
-        return self.head(torch.cat([first, h[:, :-1]], dim=1), weight).float()
+        return self.head(torch.cat([first, h[:, : tokens.shape[1] - 1]], dim=1), weight).float()
 
 
 class Policy:

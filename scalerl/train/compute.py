@@ -8,6 +8,9 @@ compute (FLOPs) = 6·N·T_train + 2·N·T_gen   (Kaplan et al. 2020 estimate)
   completion token: 2·N forward + 4·N backward per token.
 - T_gen: each prompt's prefill once per group plus every generated token,
   including groups later dropped by the data filter: 2·N per token.
+A row's last token is predicted but never fed (on either side nothing reads
+its hidden state); it is counted all the same, the usual one-per-token
+estimate, so the axis does not depend on that implementation detail.
 Attention's sequence-length term is ignored (tiny for short contexts, and
 the paper's axis is GPU-hours anyway). Held-out evaluation is not counted:
 it is measurement, not training. FLOPs are the default fit axis because they
