@@ -16,8 +16,8 @@ with fewer ops per layer:
   concatenated at every decode step;
 - one additive mask per call, shared by the layers.
 
-HF's order of operations is kept where it rounds (the RMSNorm in fp32 then cast, scores
-scaled after the q·k product, softmax in fp32), so in fp32 the outputs agree with HF's to
+The RMSNorms are HF's own modules, and HF's order of operations is kept where it rounds
+(scores scaled after the q·k product, softmax in fp32), so in fp32 the outputs agree with HF's to
 float rounding (``tests/test_lean_decoder.py``). Only the generator uses it, under
 ``torch.no_grad``: the trainer's forward stays HF's own module (and FSDP2's units).
 Anything else (another architecture, sdpa or flash attention, rope scaling, biases,
@@ -124,12 +124,6 @@ class LeanLlama:
             self._tables[dtype] = (cos, sin)
         return cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
 
-    @staticmethod
-    def _norm(x: torch.Tensor, norm) -> torch.Tensor:
-        """HF's LlamaRMSNorm: in fp32, then cast back, then the weight."""
-        x32 = x.float()
-        return norm.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)).to(x.dtype)
-
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                 cache: LeanCache) -> torch.Tensor:
@@ -148,7 +142,7 @@ class LeanLlama:
         bias = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device)
         bias = bias.masked_fill_(~allowed, torch.finfo(h.dtype).min)[:, None]  # (B, 1, T, S)
         for i, (norm1, w_qkv, w_o, norm2, w_gu, w_down) in enumerate(self._weights()):
-            qkv = F.linear(self._norm(h, norm1), w_qkv).view(b, t, nh + 2 * nkv, d).transpose(1, 2)
+            qkv = F.linear(norm1(h), w_qkv).view(b, t, nh + 2 * nkv, d).transpose(1, 2)
             qk = qkv[:, : nh + nkv]
             qk = qk * cos + qk.roll(d // 2, dims=-1) * sin
             k, v = cache.append(i, qk[:, nh:], qkv[:, nh + nkv :])
@@ -157,6 +151,6 @@ class LeanLlama:
             scores = torch.matmul(qk[:, :nh], k.transpose(2, 3)) * self.scaling + bias
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(h.dtype)
             h = h + F.linear(torch.matmul(probs, v).transpose(1, 2).reshape(b, t, nh * d), w_o)
-            gate, up = F.linear(self._norm(h, norm2), w_gu).chunk(2, dim=-1)
+            gate, up = F.linear(norm2(h), w_gu).chunk(2, dim=-1)
             h = h + F.linear(F.silu(gate) * up, w_down)
-        return self._norm(h, self.body.norm)
+        return self.body.norm(h)
