@@ -18,9 +18,6 @@ from scalerl.core.errors import check
 if TYPE_CHECKING:
     from torch import Tensor
 
-PACES = ("free", "generators_first", "trainer_first")
-
-
 @dataclass
 class AsyncConfig:
     name: str = MISSING
@@ -53,18 +50,28 @@ class Plan:
     """Generator processes (0: the trainer's process generates)."""
     generator_threads: int = 0
     timeout_s: float = 300.0
-    pace: str = "free"
-    """``free`` (real asynchrony) or a deterministic extreme for tests and reproductions:
-    ``generators_first`` (the trainer takes a step only once every generator is blocked by
-    the lag bound: fast generators, slow trainer) or ``trainer_first`` (a generator starts
-    batch s only with version s-1: slow generators, fast trainer)."""
-    swap_at: int = -1
-    """>= 0: at this decode step of every batch, the generator waits for the newest version the
-    trainer can make without that batch (s-1) and swaps it in: a deterministic in-flight update."""
+    lookahead: int = -1
+    """Steps beyond the one being trained whose batches the generators may work on (-1: as many
+    as the lag bound allows, ``max_lag``). PipelineRL's staleness should come from completions
+    that span in-flight updates, not from generators that run ahead and fill the lag bound
+    (docs/async.md, 'Lookahead'); ``lookahead <= max_lag`` keeps the generators at most that
+    far ahead, while ``max_lag`` stays the bound on a token's age."""
 
     def min_version(self, step: int) -> int:
         """The oldest version allowed to generate tokens for ``step``'s batch (the lag bound)."""
         return max(0, step - 1 - self.max_lag)
+
+    def ordered_through(self, version: int, steps: int) -> int:
+        """The last step whose batch may be ordered once the trainer holds ``version``: the lag bound,
+        tightened by ``lookahead``, and never past the run's ``steps``.
+
+        >>> Plan(max_lag=8, push_every=1, in_flight=True, generators=1, lookahead=1).ordered_through(5, 100)
+        7
+        >>> Plan(max_lag=2, push_every=1, in_flight=True, generators=1).ordered_through(5, 7)
+        7
+        """
+        ahead = self.max_lag if self.lookahead < 0 else min(self.lookahead, self.max_lag)
+        return min(steps, version + 1 + ahead)
 
     def pushes_after(self, step: int) -> bool:
         return step % self.push_every == 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.asynchrony.base import PACES, AsyncConfig, Plan
+from scalerl.asynchrony.base import AsyncConfig, Plan
 from scalerl.core.errors import check
 
 
@@ -20,21 +20,19 @@ class PipelineRLConfig(AsyncConfig):
     generators: int = 1
     max_lag: int = 8
     """The most policy versions a consumed token may lag the trainer (the paper's k)."""
-    pace: str = "free"
-    """free | generators_first | trainer_first: deterministic extremes for tests (see ``Plan.pace``)."""
-    swap_at: int = -1
-    """>= 0: force an in-flight weight swap at this decode step of every batch (deterministic; tests)."""
+    lookahead: int = 1
+    """Steps beyond the one being trained whose batches the generators may work on (-1: up to
+    ``max_lag``). 1 keeps the generator one batch ahead, so a push lands while it generates and
+    staleness comes from completions spanning updates, as in the paper (docs/async.md)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.generators >= 1, "async.generators",
               f"pipeline_rl streams from generator processes: must be >= 1, got {self.generators}")
         check(self.max_lag >= 0, "async.max_lag", f"must be >= 0, got {self.max_lag}")
-        check(self.pace in PACES, "async.pace", f"must be one of {PACES}, got {self.pace!r}")
-        check(self.swap_at >= -1, "async.swap_at", f"must be >= 0, or -1 (off), got {self.swap_at}")
+        check(self.lookahead >= -1, "async.lookahead", f"must be >= 0, or -1 (up to async.max_lag), got {self.lookahead}")
 
 
 def pipeline_rl_plan(*, cfg: PipelineRLConfig) -> Plan:
     return Plan(max_lag=cfg.max_lag, push_every=1, in_flight=True, generators=cfg.generators,
-                generator_threads=cfg.generator_threads, timeout_s=cfg.timeout_s, pace=cfg.pace,
-                swap_at=cfg.swap_at)
+                generator_threads=cfg.generator_threads, timeout_s=cfg.timeout_s, lookahead=cfg.lookahead)

@@ -50,9 +50,6 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (cfg.generation.name != "torch" and gen_body != "auto"), "precision.generator_body",
           f"generation={cfg.generation.name} sets its own body dtype with generation.dtype; use that instead of "
           f"precision.generator_body={gen_body}")
-    check(not (getattr(getattr(cfg, "async"), "swap_at", -1) >= 0 and cfg.filter.refill_rounds), "async.swap_at",
-          f"a forced in-flight swap waits inside the next batch, so {cfg.filter.name}'s refills would wait forever; "
-          "use async.swap_at=-1 or another filter")
     per_rank = b.prompts // world_size  # minibatches are global (train/update.py): no per-rank divisibility
     # File-based tasks (math, code, mix) know their pool size only once the data is read:
     # 0 here means "unknown"; metrics.jsonl's `epoch` comes from the real pool.

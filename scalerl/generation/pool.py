@@ -26,6 +26,9 @@ from scalerl.generation.worker import Shard, WorkerSpec
 
 
 class GeneratorPool:
+    worker = ("-m", "scalerl.generation.worker")
+    """The generator's command after the interpreter (a test's paced worker replaces it)."""
+
     def __init__(self, spec: WorkerSpec, n: int, state: Mapping[str, torch.Tensor], devices: Sequence[str] = ()):
         """``spec``: the settings every generator shares (rank and schema are filled in here);
         ``state``: the trainer's weights (their names, shapes and dtypes fix the push schema);
@@ -51,7 +54,7 @@ class GeneratorPool:
         for j in range(self.n):
             self.hub.put_spec(j, replace(self.spec, rank=j, device=self.devices[j]))
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "scalerl.generation.worker", self.hub.address, str(j), str(self.timeout_s)],
+                [sys.executable, *self.worker, self.hub.address, str(j), str(self.timeout_s)],
                 env={"TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ}))  # no C++ stack dumps when the trainer goes
         self.hub.connect()
 
@@ -94,12 +97,6 @@ class GeneratorPool:
     def ready(self, job: int) -> bool:
         """Whether every shard of ``job`` has been generated (not yet received)."""
         return self.hub.has([f"done/{j}/{job}" for j in range(self.n)])
-
-    def wait_blocked(self, version: int) -> float:
-        """Wait until every generator can do nothing more without ``version`` (pace ``generators_first``)."""
-        keys = [f"blocked/{j}/{version}" for j in range(self.n)]
-        return self.hub.wait(lambda: self.hub.has(keys), f"waiting for the generators to run ahead to the lag bound "
-                                                         f"(pace generators_first, version {version})")
 
     def probe(self, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
         """Each generator's next-token logits after the rows of ``ids`` (B, T): (B, V) per generator.

@@ -67,8 +67,6 @@ class WorkerSpec:
     threads: int
     timeout_s: float
     in_flight: bool
-    pace: str
-    swap_at: int
     schema: tuple[TensorSpec, ...]
     """The trainer's weights, in push order."""
     generation: str = "torch"
@@ -154,8 +152,7 @@ class GeneratorServer:
             if self.stopping:
                 return
             step, job, min_version, shard = heapq.heappop(self.orders)
-            if self.spec.pace == "trainer_first":  # the slow-generator extreme: always fresh weights
-                min_version = max(min_version, step - 1)
+            min_version = self.weights_floor(step, min_version)
             self.wait_for(lambda: self.version >= min_version, f"step {step}: lag bound, waiting for weights >= {min_version}")
             if self.stopping:
                 return
@@ -170,11 +167,14 @@ class GeneratorServer:
             self.spoke.send(f"done/{self.spec.rank}/{job}", job, {"idle_s": self.idle_s, "push_s": self.push_s,
                                                                "elapsed_s": elapsed}, gen.to("cpu"))
 
+    def weights_floor(self, step: int, min_version: int) -> int:
+        """The oldest weights that may start ``step``'s shard: the trainer's lag bound. (A test's
+        subclass raises it to pin a schedule: tests/paced_worker.py.)"""
+        return min_version
+
     def between_steps(self, step: int, t: int) -> None:
         if self.spec.in_flight:
             self.drain()  # a push announced now is swapped in before this decode step
-        if t == self.spec.swap_at:  # deterministic in-flight swap: the newest version possible without this batch
-            self.wait_for(lambda: self.version >= step - 1, f"step {step}: swap at decode step {t}, waiting for weights >= {step - 1}")
         if self.stopping:
             raise _Stopped
 
@@ -220,7 +220,7 @@ def build_engine(spec: WorkerSpec):
     return option.fn(ctx, cfg=cfg)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], server_cls: type[GeneratorServer] = GeneratorServer) -> int:
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)  # the trainer decides when this process stops
     address, rank, timeout_s = argv[0], int(argv[1]), float(argv[2])
@@ -228,7 +228,7 @@ def main(argv: list[str]) -> int:
     try:
         spoke = Spoke(address, rank, timeout_s)
         spec = spoke.spec()
-        server = GeneratorServer(spoke, spec)
+        server = server_cls(spoke, spec)
         spoke.connect(spec.n_generators)
         print(f"[scalerl] generator {rank} ready: pid {os.getpid()}, {spec.device}, {spec.dtype} body, "
               f"{spec.threads} thread(s)", flush=True)

@@ -1,14 +1,17 @@
 """``PipelineSchedule``: generator processes with their own weights stream
 beside the trainer (``async.generators >= 1``; PipelineRL, arXiv 2510.13786 §3.1).
 
-The trainer keeps the orders ``max_lag + 1`` steps ahead: it draws each step's
-prompts, its length plan and its sampling seed, and sends them as one order
-split across the generators (contiguous prompt shards). A generator starts a
-step's shard only with weights no older than the lag bound allows, so no
-consumed token is ever more than ``max_lag`` versions stale; the trainer checks
-it again on every batch (``within_lag``). After each optimizer step the trainer
-first queues the next order, then pushes its weights (that order matters for
-the deterministic ``generators_first`` pace).
+The trainer keeps the orders ``lookahead + 1`` steps ahead (``Plan.ordered_through``:
+at most ``max_lag + 1``): it draws each step's prompts, its length plan and its
+sampling seed, and sends them as one order split across the generators
+(contiguous prompt shards). A generator starts a step's shard only with weights
+no older than the lag bound allows, so no consumed token is ever more than
+``max_lag`` versions stale; the trainer checks it again on every batch
+(``within_lag``). With a short lookahead the generators never run far ahead of
+the trainer: a push lands while they generate, and a batch's staleness comes
+from completions that span updates, the paper's mechanism (docs/async.md).
+After each optimizer step the trainer first queues the next order, then pushes
+its weights, so a generator that has a push has the orders it allows.
 
 Each step's seeds and length plan are the ones the in-process rollout draws
 (``rollout.prompt_seeds``, ``rollout.plan_rng``), and a completion depends only on
@@ -67,7 +70,7 @@ class PipelineSchedule:
             dtype=str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch."),
             compute_dtype=str(r.compute_dtype).removeprefix("torch."), heads=r.recipe.heads,
             attn_implementation=r.attn, threads=gen_threads,
-            timeout_s=plan.timeout_s, in_flight=plan.in_flight, pace=plan.pace, swap_at=plan.swap_at, schema=(),
+            timeout_s=plan.timeout_s, in_flight=plan.in_flight, schema=(),
             generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
         self.pool = GeneratorPool(spec, plan.generators, trainer_state_dict(r.model),
                                   devices=[generator_device(device, j) for j in range(plan.generators)])
@@ -96,7 +99,7 @@ class PipelineSchedule:
     def _dispatch(self, version: int) -> None:
         """Order every step the lag bound lets the generators start from ``version`` on."""
         r, cfg = self.r, self.cfg
-        for s in range(self.dispatched + 1, min(cfg.train.steps, version + 1 + self.plan.max_lag) + 1):
+        for s in range(self.dispatched + 1, self.plan.ordered_through(version, cfg.train.steps) + 1):
             index = r.sampler.next(cfg.batch.prompts)
             self.snapshots[s] = r.sampler.state_dict()
             self.jobs[s] = self._order(s, index, 0)
@@ -150,8 +153,6 @@ class PipelineSchedule:
     def rollout(self, step: int) -> Batch:
         r, G = self.r, self.cfg.batch.generations
         t0 = time.perf_counter()
-        if self.plan.pace == "generators_first":  # deterministic extreme: the generators are as far ahead as allowed
-            self.pool.wait_blocked(step)
         depth = sum(self.pool.ready(self.jobs[s]) for s in range(step, self.dispatched + 1))
         ro, parts = self._receive(self.jobs.pop(step), step)
         clocks = [h for _, h in parts]
