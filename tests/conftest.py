@@ -1,16 +1,36 @@
-"""Shared test fixtures.
+"""Shared test fixtures, and the test tiers.
 
 The warm-started tiny model is built once per session into a session cache
 (SCALERL_CACHE), then reused by every test that trains; runs use one torch
 thread so trajectories are exactly reproducible.
+
+Tiers (docs/testing.md): ``slow`` (integration), ``slurm`` (cluster; tests/slurm marks its
+folder) and ``gpu`` (tests/gpu marks its folder) are marked where the tests are; every other
+test is marked ``unit`` here, so ``python -m pytest -m unit`` is the fast lane.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from scalerl.config import compose
+
+
+_TESTS = Path(__file__).resolve().parent
+_NOT_UNIT = ("slow", "slurm", "gpu")
+_FOLDER_TIER = {_TESTS / "slurm": "slurm", _TESTS / "gpu": "gpu"}
+
+
+def pytest_collection_modifyitems(config, items):
+    # Runs after tests/slurm's and tests/gpu's own hooks (pytest calls the conftest registered
+    # last first) and before ``-m`` deselects; the folder check keeps the order from mattering.
+    for item in items:
+        parents = Path(str(item.fspath)).parents
+        folder = next((tier for d, tier in _FOLDER_TIER.items() if d in parents), None)
+        if folder is None and not any(item.get_closest_marker(m) for m in _NOT_UNIT):
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture(scope="session", autouse=True)

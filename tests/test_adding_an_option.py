@@ -1,8 +1,10 @@
-"""The README's "adding an option" recipe is exactly what it takes.
+"""The docs' "Adding an option" recipe (docs/architecture.md) is exactly what it takes.
 
-In a copy of the repository, add a loss the way the README says (a module,
-a YAML file, one line in ``LOSSES``), then sweep it against CISPO through the
-command line and find it on the leaderboard, labelled and hashed as itself.
+In a copy of the repository, add the loss ``mine`` the way the docs say (a module whose config
+defines ``clamp()``, a YAML file written as the docs write it, the registry line the docs give),
+then sweep it against CISPO through the command line and find it on the leaderboard, labelled
+and hashed as itself. And a loss that skips ``clamp()`` fails ``--dry-run`` with one line
+naming ``loss``, before anything launches.
 """
 from __future__ import annotations
 
@@ -16,9 +18,14 @@ import pandas as pd
 import pytest
 from helpers import REPO
 
-pytestmark = pytest.mark.slow
+DOCS = (REPO / "docs" / "architecture.md").read_text()
+RECIPE = DOCS[DOCS.index("## Adding an option"):]
 
-TOY_MODULE = '''"""REINFORCE: -A * logp per token, no importance ratio (a toy option for the tests)."""
+CLAMP = '''
+    def clamp(self) -> str:
+        return "none"
+'''
+MODULE = '''"""REINFORCE: -A * logp per token, no importance ratio (a toy option for the tests)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,47 +34,70 @@ from scalerl.losses.base import LossConfig, masked_mean
 
 
 @dataclass
-class ToyConfig(LossConfig):
+class MineConfig(LossConfig):
     scale: float = 1.0
+{clamp}
 
-    def clamp(self) -> str:
-        return "none"
-
-
-def toy_loss(logp, behav_logp, adv, mask, *, cfg: ToyConfig):
-    return -cfg.scale * adv[:, None] * logp, {"clip_frac": masked_mean(mask.float() * 0, mask)}
+def mine_loss(logp, behav_logp, adv, mask, *, cfg: MineConfig):
+    return -cfg.scale * adv[:, None] * logp, {{"clip_frac": masked_mean(mask.float() * 0, mask)}}
 '''
-TOY_YAML = """defaults:
-  - /schema/loss/toy@_here_
-  - _self_
-scale: 1.0
-"""
 
 
-def test_a_new_loss_added_as_the_readme_says_trains_and_is_ranked(tmp_path):
-    readme = (REPO / "README.md").read_text()
-    assert "scalerl/losses/mine.py" in readme and "conf/loss/mine.yaml" in readme and "`LOSSES`" in readme
+def _quoted(pattern: str) -> str:
+    """The one backquoted snippet of the recipe that matches ``pattern``."""
+    (hit,) = [s for s in re.findall(r"`([^`]+)`", RECIPE) if re.fullmatch(pattern, s)]
+    return hit
+
+
+def add_mine(tmp_path, clamp: bool):
+    """A copy of the repository with ``loss=mine`` added by the recipe's three steps."""
+    assert "scalerl/losses/mine.py" in RECIPE and "clamp(self) -> str" in RECIPE and "`LOSSES`" in RECIPE
     repo = tmp_path / "repo"
     for part in ("conf", "scalerl", "sweeps", "hydra_plugins", "analysis"):
         shutil.copytree(REPO / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
-    # 1. the module, 2. the YAML, 3. one line in the registry dict.
-    (repo / "scalerl/losses/toy.py").write_text(TOY_MODULE)
-    (repo / "conf/loss/toy.yaml").write_text(TOY_YAML)
+    # 1. scalerl/losses/mine.py: MineConfig(LossConfig) with its settings and clamp(), and mine_loss.
+    (repo / "scalerl/losses/mine.py").write_text(MODULE.format(clamp=CLAMP if clamp else ""))
+    # 2. conf/loss/mine.yaml: the docs' defaults line, then the values.
+    (repo / "conf/loss/mine.yaml").write_text(_quoted(r"defaults: \[.*mine.*\]") + "\nscale: 1.0\n")
+    # 3. the docs' one line in LOSSES (and the module's import).
+    line = _quoted(r'"mine": Option\(.*\)')
     init = repo / "scalerl/losses/__init__.py"
-    text = init.read_text()
-    text = text.replace("from scalerl.losses import cispo, dapo, grpo, gspo", "from scalerl.losses import cispo, dapo, grpo, gspo, toy")
-    text = re.sub(r"(LOSSES: dict\[str, Option\] = \{\n)", r'\1    "toy": Option(toy.ToyConfig, toy.toy_loss),\n', text)
+    text = init.read_text().replace("from scalerl.losses import cispo, dapo, grpo, gspo",
+                                    "from scalerl.losses import cispo, dapo, grpo, gspo, mine")
+    text, n = re.subn(r"(LOSSES: dict\[str, Option\] = \{\n)", rf"\1    {line},\n", text)
+    assert n == 1
     init.write_text(text)
+    return repo
 
-    env = {**os.environ, "PYTHONPATH": str(repo), "SCALERL_OUTPUT": str(tmp_path / "out"), "SCALERL_NO_BAR": "1"}
-    args = ["-m", "loss=toy,cispo", "train.steps=2", "train.eval_every=1", "train.eval_samples=1", "logger=none",
+
+def sweep_in(repo, out, args, timeout=900):
+    env = {**os.environ, "PYTHONPATH": str(repo), "SCALERL_OUTPUT": str(out), "SCALERL_NO_BAR": "1"}
+    return subprocess.run([sys.executable, "-m", "scalerl.sweep", *args], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_new_loss_added_as_the_docs_say_trains_and_is_ranked(tmp_path):
+    repo = add_mine(tmp_path, clamp=True)
+    args = ["-m", "loss=mine,cispo", "train.steps=2", "train.eval_every=1", "train.eval_samples=1", "logger=none",
             "task.n_heldout=64"]
-    proc = subprocess.run([sys.executable, "-m", "scalerl.sweep", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = sweep_in(repo, tmp_path / "out", args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (home,) = (tmp_path / "out" / "sweeps").iterdir()       # the sweep's home, named from its overrides
     board = pd.read_csv(home / "leaderboard.csv")
-    assert set(board["loss"]) == {"toy", "cispo"}
-    toy_dir = next(home.glob("loss=toy,*"))
-    assert (toy_dir / "config.yaml").read_text().count("name: toy") == 1
-    assert "scale: 1.0" in (toy_dir / "config.yaml").read_text()
+    assert set(board["loss"]) == {"mine", "cispo"}
+    assert set(board.loc[board["loss"] == "mine", "loss_clamp"]) == {"none"}
+    mine_dir = next(home.glob("loss=mine,*"))
+    assert (mine_dir / "config.yaml").read_text().count("name: mine") == 1
+    assert "scale: 1.0" in (mine_dir / "config.yaml").read_text()
+
+
+def test_a_new_loss_without_clamp_fails_dry_run_with_one_line_naming_loss(tmp_path):
+    repo = add_mine(tmp_path, clamp=False)
+    proc = sweep_in(repo, tmp_path / "out", ["loss=mine", "--dry-run"], timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    (why,) = [line for line in lines if "clamp" in line]          # one line says what is wrong, naming `loss`
+    assert why.startswith("loss: option 'mine': MineConfig does not define clamp()"), lines
+    assert lines[-1].startswith("[scalerl] config error: loss:") and "nothing was launched" in lines[-1], lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("config.yaml"))

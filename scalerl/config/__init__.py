@@ -109,6 +109,17 @@ def _check_options(c: Config) -> None:
         check(option is not None, f"{group}", f"unknown option {getattr(node, 'name', None)!r}; choose from {sorted(options)}")
         check(type(node) is option.schema, f"{group}.name",
               f"{node.name!r} is set by choosing the option ({group}={node.name}), not by overriding the name")
+        _check_contract(group, node.name, option.schema)
+
+
+def _check_contract(group: str, name: str, schema: type) -> None:
+    """The option's schema defines every method its group's base schema marks ``@abstractmethod``
+    (``LossConfig.clamp``): checked here, so a new option that lacks one fails ``--dry-run``."""
+    missing = sorted(m for m in dir(schema) if getattr(getattr(schema, m, None), "__isabstractmethod__", False))
+    if missing:
+        raise ConfigError(group, f"option {name!r}: {schema.__name__} does not define "
+                          f"{', '.join(m + '()' for m in missing)}",
+                          f"add it to {schema.__module__}; see docs/architecture.md, 'Adding an option'")
 
 
 def _cross_checks(c: Config) -> None:

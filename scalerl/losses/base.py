@@ -1,6 +1,7 @@
 """The loss contract, the shared schema and helpers."""
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,9 +16,15 @@ class LossConfig:
     name: str = MISSING
     """The option's registry key, written by the config store (choose it with ``loss=<name>``)."""
 
+    @abstractmethod
     def clamp(self) -> str:
         """The exact ratio clamp, written to run metadata and the leaderboard
-        ("CISPO" means different clamps in different frameworks, arXiv 2510.13786 §3.2)."""
+        ("CISPO" means different clamps in different frameworks, arXiv 2510.13786 §3.2).
+
+        Every loss defines it. ``@abstractmethod`` here is a marker, not enforcement (the
+        schema is a plain dataclass): validation refuses an option whose schema still
+        inherits a marked method, so a loss without ``clamp()`` fails ``--dry-run`` with
+        one line naming ``loss`` instead of a traceback at launch."""
         raise NotImplementedError
 
 
