@@ -1,7 +1,8 @@
 """Aggregation weights worked out by hand.
 
-Batch: 2 prompts x G=2 samples; token losses all 1.0 except where noted,
-lengths (masked tokens) per sample: p0 -> [1, 3], p1 -> [2, 2].
+The shared batch (LOSS, MASK): 2 prompts x G=2 samples, one row each. Unmasked token
+losses per sample: p0 -> [6] and [1, 2, 3], p1 -> [4, 4] and [2, 2]; so lengths
+(masked tokens) p0 -> [1, 3], p1 -> [2, 2]. Some tests build their own batch, noted there.
 """
 import torch
 

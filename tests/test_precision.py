@@ -1,5 +1,6 @@
-"""Precision axis: fp32 head logits are closer to an fp64 reference than bf16 ones,
-and the trainer's full-sequence log-probs match the sampler's KV-cache ones."""
+"""Precision axis: fp32 head logits are closer to an fp64 reference than bf16 ones, and
+each option gives the generator and the trainer the head dtypes it names. (The KV-cache
+sampler against one full forward is tests/test_model.py's.)"""
 import torch
 
 from scalerl.precision import PRECISIONS
