@@ -27,6 +27,10 @@ from scalerl.core.jsonio import os_reason
 ATOMS = (bool, int, float, str, type(None))
 
 
+class CheckpointsRefused(RuntimeError):
+    """Checkpoints exist but none could be loaded; the message says what to do."""
+
+
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (a full disk, say); its message names the file."""
 
@@ -105,10 +109,15 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict, keep: int, model: t
     return path
 
 
+def load_plain(path: Path) -> dict:
+    """One plain checkpoint, tensors and plain data only (``weights_only``)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def load_latest(run_dir: Path, log=print) -> dict | None:
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return load_plain(path)
         except Exception as e:  # truncated, corrupt, or holding objects that could run code: try the previous one
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if "weights only load failed" in str(e).lower():

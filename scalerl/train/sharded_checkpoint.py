@@ -11,10 +11,18 @@ into either kind of trainer: a run can move between 1 rank and N.
 Atomic like the plain ones: written to a temp directory, renamed by rank 0
 once every rank has finished; a checkpoint with a non-finite parameter on any
 rank is refused; an unreadable newest checkpoint falls back to the one before.
+
+DCP's ``.metadata`` is a pickle. A run directory someone sends you must not run
+code when it resumes, so it is read by ``_MetadataUnpickler``, which builds only
+DCP's own metadata records (and the torch dtypes, sizes and paths they hold); a
+file naming anything else is refused like a truncated one and the run falls
+back to the checkpoint before it. The tensors themselves DCP reads with
+``weights_only=True``.
 """
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -23,7 +31,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from scalerl.core.jsonio import write_json_atomic
-from scalerl.train.checkpoint import ckpt_dir, list_checkpoints, load_latest
+from scalerl.train.checkpoint import CheckpointsRefused, ckpt_dir, list_checkpoints, load_plain
 
 EXTRA = "extra.json"
 
@@ -87,41 +95,113 @@ def prune(run_dir: Path, keep: int) -> None:
 
 
 def resume(run_dir: Path, r, log=print) -> dict | None:
-    """Load the newest checkpoint of either kind into the run ``r`` (model, optimizer,
+    """Load the newest loadable checkpoint of either kind into the run ``r`` (model, optimizer,
     scheduler, sampler); returns its extra state (``state``: the run counters; ``async``:
     the schedule's, plain checkpoints only), or None when there is none.
-    Collective when ``r`` is sharded: every rank must call it."""
-    sharded = list_sharded(run_dir)
-    plain = list_checkpoints(run_dir)
-    if sharded and (not plain or _step(sharded[-1]) >= _step(plain[-1])):
-        for path in reversed(sharded):
-            try:
-                extra = json.loads((path / EXTRA).read_text())
-                _load_dcp(path, r)
-                if extra.get("optimizer_fresh"):
-                    _forget(r.optimizer)
-                break
-            except Exception as e:  # a damaged checkpoint: try the previous one
-                log(f"[scalerl] warning: unreadable checkpoint {path.name} ({e}); trying an older one")
-        else:
-            return None
-    else:
-        ck = load_latest(run_dir, log=log)
-        if ck is None:
-            return None
-        _load_full(ck["model"], ck["optimizer"], r)
-        extra = {k: ck[k] for k in ("scheduler", "sampler", "state", "async") if k in ck}
-    r.scheduler.load_state_dict(extra["scheduler"])
-    r.sampler.load_state_dict(extra["sampler"])
-    return extra
+    Collective when ``r`` is sharded: every rank must call it.
+
+    Raises ``CheckpointsRefused`` when checkpoints exist but none can be loaded: starting
+    again from step 0 would drop every metric row the run has written (issue 29 point 6)."""
+    both = sorted([*list_sharded(run_dir), *list_checkpoints(run_dir)], key=_step)
+    refused = []
+    for path in reversed(both):
+        try:
+            extra = _load_one(path, r)
+        except Exception as e:  # truncated, damaged, or naming objects that could run code: try the previous one
+            why = _why(e)
+            refused.append(f"{path.name}: {why}")
+            log(f"[scalerl] warning: unreadable checkpoint {path} ({why}); trying an older one")
+            continue
+        r.scheduler.load_state_dict(extra["scheduler"])
+        r.sampler.load_state_dict(extra["sampler"])
+        return extra
+    if refused:
+        raise CheckpointsRefused(
+            f"every checkpoint in {ckpt_dir(run_dir)} was refused ({'; '.join(refused[:3])}); nothing was "
+            f"changed: restore a good checkpoint there, or move {ckpt_dir(run_dir)} and metrics.jsonl away "
+            "to train this run again from step 0")
+    return None
+
+
+def _why(e: BaseException) -> str:
+    text = str(e).strip()
+    if "weights only load failed" in text.lower() or "refusing to load" in text.lower():
+        return "it names objects other than tensors and plain data, which could run code; not loaded"
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _load_one(path: Path, r) -> dict:
+    """One checkpoint into ``r``'s model and optimizer; returns its extra state."""
+    if path.is_dir():
+        extra = json.loads((path / EXTRA).read_text())
+        _load_dcp(path, r)
+        if extra.get("optimizer_fresh"):
+            _forget(r.optimizer)
+        return extra
+    ck = load_plain(path)
+    _load_full(ck["model"], ck["optimizer"], r)
+    return {k: ck[k] for k in ("scheduler", "sampler", "state", "async") if k in ck}
+
+
+# DCP's metadata records and what they hold; nothing else may be built from a ``.metadata``.
+_DCP_METADATA = "torch.distributed.checkpoint.metadata"
+_ALLOWED = {
+    (_DCP_METADATA, n) for n in ("Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "TensorProperties",
+                                 "ChunkStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")
+} | {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+      ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"),
+      ("pathlib", "PurePosixPath"), ("collections", "OrderedDict")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Builds DCP's metadata records, torch dtypes and sizes; refuses every other global."""
+
+    def find_class(self, module, name):
+        import torch
+
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a checkpoint's .metadata")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("refusing a persistent id in a checkpoint's .metadata")
+
+
+def _safe_reader(path: Path):
+    """A DCP ``FileSystemReader`` whose metadata goes through ``_MetadataUnpickler``."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs) -> Metadata:
+            rank = kwargs.get("rank")
+            with open(Path(self.path) / (".metadata" if rank is None else f"__{rank}.metadata"), "rb") as f:
+                metadata = _MetadataUnpickler(f).load()
+            if not isinstance(metadata, Metadata):
+                raise pickle.UnpicklingError(f"{path}/.metadata holds a {type(metadata).__name__}, not DCP metadata")
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeReader(str(path))
 
 
 def _load_dcp(path: Path, r) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    reader = _safe_reader(path)
+    reader.read_metadata()  # a refused .metadata raises here, plainly, on every rank
     state = _state(r.model, r.optimizer)  # the layout to load into; DCP re-shards to it
-    dcp.load(state, checkpoint_id=str(path))
+    try:
+        dcp.load(state, storage_reader=reader)
+    except CheckpointException as e:  # a BaseException: resume's fallback would not see it
+        raise RuntimeError(f"DCP could not load {path.name}: {str(e).strip().splitlines()[-1]}") from None
     set_model_state_dict(r.model, state["model"])
     set_optimizer_state_dict(r.model, r.optimizer, state["optim"])
 
