@@ -111,10 +111,6 @@ def _decode(value):
         raise ValueError("neither JSON nor LiveCodeBench's compressed tests") from None
 
 
-def _json_arg(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def parse_tests(raw, metadata=None) -> CodeTests:
     """Normalise one record's tests (any layout in the module docstring) to ``CodeTests``.
 

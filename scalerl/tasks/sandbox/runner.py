@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scalerl.tasks.sandbox import asserts
 from scalerl.tasks.sandbox.config import SandboxConfig
 
 HARNESS = (Path(__file__).with_name("harness.py")).read_text()
@@ -50,7 +51,8 @@ class Job:
     style: str
     """stdio: each test is stdin text; call: each test is a JSON list of arguments for
     ``fn_name`` (a function, or a method of class ``Solution``); assert: each test is Python
-    source run after the program (it passes if it runs to the end)."""
+    source run after the program; it passes if it runs to the end and every top-level
+    ``assert`` holds, judged on the host on plain values (``asserts.py``)."""
     tests: tuple[str, ...]
     fn_name: str = ""
 
@@ -61,7 +63,8 @@ class TestRun:
     """ok (exit code 0), error (exception, non-zero exit, too much output) or timeout."""
     stdout: str = ""
     result: str = ""
-    """call: the JSON of the return value; assert: "ok" when the test ran to the end."""
+    """call: the JSON of the return value; assert: "ok" when the test ran to the end and every
+    top-level assert held on the host (else "failed ...")."""
     seconds: float = 0.0
 
 
@@ -95,10 +98,14 @@ def _python(cfg: SandboxConfig) -> tuple[str, list[str]]:
 
 
 def _bwrap_args(exe: str, paths: list[str], workdir: str, root: bool) -> list[str]:
+    # --as-pid-1: the harness is the pid namespace's init, which no process inside may signal
+    # (a program cannot SIGSTOP it and so outlast the per-test timeout).
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox", "--cap-drop", "ALL"]
-    if root:  # no user namespace: the harness drops to a throwaway uid itself, so process limits count per run
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv", "--hostname", "sandbox",
+            "--cap-drop", "ALL"]
+    if root:  # no user namespace: the harness drops to a throwaway uid itself, so process limits count per run,
+        # after emptying the capability bounding set (CAP_SETPCAP) so nothing can regain a privilege
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         args += ["--unshare-user"]
     made: set[str] = set()
@@ -121,6 +128,10 @@ def _bwrap_args(exe: str, paths: list[str], workdir: str, root: bool) -> list[st
     for p in ["/etc/ld.so.cache", *paths]:
         if os.path.exists(p):
             args += parents(p) + ["--ro-bind", p, p]
+    for p in paths:  # the standard library holds the install's packages (torch, the project's finder): hide them
+        for hidden in ("site-packages", "dist-packages"):
+            if os.path.isdir(os.path.join(p, hidden)):
+                args += ["--tmpfs", os.path.join(p, hidden), "--remount-ro", os.path.join(p, hidden)]
     args += ["--proc", "/proc", "--dev", "/dev", "--bind", workdir, "/work", "--chdir", "/work",
              "--setenv", "TMPDIR", "/work", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8"]
     return args
@@ -161,10 +172,21 @@ class Sandbox:
             why = namespaces_available(cfg)
             if why and cfg.isolation == "namespaces":
                 raise RuntimeError(f"task.sandbox.isolation=namespaces: {why} (docs/sandbox.md)")
+            if why and not cfg.unsafe_process_isolation:
+                raise RuntimeError(
+                    f"sandbox: bubblewrap is unavailable ({why}); install it (apt-get install bubblewrap), or set "
+                    "task.sandbox.unsafe_process_isolation=true to grade under process isolation, which leaves the "
+                    "file system, /dev/shm, SysV IPC and (as a non-root user) the grader's processes open to the "
+                    "programs (docs/sandbox.md)")
             if why:
                 warnings.warn(f"sandbox: namespaces unavailable ({why}); falling back to process isolation, "
                               "which cannot hide the file system (docs/sandbox.md)", RuntimeWarning, stacklevel=2)
             self.isolation = "process" if why else "namespaces"
+        elif not cfg.unsafe_process_isolation:
+            raise RuntimeError(
+                "task.sandbox.isolation=process leaves the file system, /dev/shm, SysV IPC and (as a non-root user) "
+                "the grader's processes open to the programs; set task.sandbox.unsafe_process_isolation=true to "
+                "accept that (docs/sandbox.md)")
         if self.isolation == "process" and self.root:
             hidden = [q for q in self.paths if not _world_readable(q)]
             if hidden:
@@ -188,11 +210,15 @@ class Sandbox:
         if not job.tests:
             return RunResult("ok", (), self.isolation)
         c = self.cfg
+        tests, checks = list(job.tests), None
+        if job.style == "assert":  # operands go in, the comparisons stay here (asserts.py)
+            planned = [_plan(t) for t in job.tests]
+            tests, checks = [p[0] for p in planned], [p[1] for p in planned]
         uid = UID_BASE + secrets.randbelow(UID_SPAN) if self.root else None
         workdir = tempfile.mkdtemp(prefix="scalerl-sandbox-")
-        payload = {"code": job.code, "style": job.style, "tests": list(job.tests), "fn_name": job.fn_name,
+        payload = {"code": job.code, "style": job.style, "tests": tests, "fn_name": job.fn_name,
                    "timeout_s": c.timeout_s, "cpu_s": c.cpu_s, "memory_mb": c.memory_mb, "file_mb": c.file_mb,
-                   "processes": c.processes, "output_kb": c.output_kb, "uid": uid,
+                   "processes": c.processes, "output_kb": c.output_kb, "open_files": c.open_files, "uid": uid,
                    "reap_all": self.isolation == "namespaces" or uid is not None,
                    "network_isolated": self.isolation == "namespaces", "isolate_network": self.isolation == "process"}
         try:
@@ -206,6 +232,9 @@ class Sandbox:
                 cmd, cwd = launcher, workdir
                 env = {"TMPDIR": workdir, "HOME": workdir, "LANG": "C.UTF-8"}
             result = self._execute(cmd, env, cwd, json.dumps(payload).encode(), uid)
+            if checks is not None:
+                result = dataclasses.replace(result, tests=tuple(
+                    _judged(t, check) for t, check in zip(result.tests, checks)))
             return dataclasses.replace(result, setup={**result.setup, "uid": uid, "workdir": workdir})
         finally:
             _remove(workdir)
@@ -233,6 +262,21 @@ class Sandbox:
         except (ValueError, IndexError, KeyError, TypeError):
             return RunResult("crash", (), self.isolation, stderr=stderr)
         return RunResult("ok", tests, self.isolation, report["setup"].get("network", ""), stderr, report["setup"])
+
+
+def _plan(test: str) -> tuple[list, list | None]:
+    try:
+        return asserts.plan(test)
+    except (SyntaxError, ValueError, RecursionError):  # graded as failed (None), never run
+        return [["exec", "raise SyntaxError('the test does not parse')"]], None
+
+
+def _judged(run: TestRun, checks: list | None) -> TestRun:
+    """An assert-style test's verdict, from its operands' plain values, on this side."""
+    if run.status != "ok":
+        return dataclasses.replace(run, result="")
+    verdict = asserts.verdict(checks, run.result) if checks is not None else "failed (the test does not parse)"
+    return dataclasses.replace(run, result=verdict)
 
 
 def _world_readable(path: str) -> bool:
