@@ -70,6 +70,13 @@ class TrainConfig:
     """Devices this run is accounted for in device-hours (0 = auto: 1 per rank)."""
     export_policy: bool = True
     """At the end, write the final policy to <run dir>/final_policy/ as an ordinary HF checkpoint directory."""
+    micro_batch_tokens: int = 0
+    """Padded completion tokens per trainer forward: a rank's minibatch is cut into micro-batches
+    (longest rows first, each padded to its own longest) whose gradients accumulate to the same
+    update; 0 = off, one forward per minibatch (docs/trainer-memory.md)."""
+    head_chunk: int = 0
+    """Positions per LM-head chunk for the trainer's log-probs (the (N, T, V) logits are never
+    held at once); 0 = auto, 256 MiB of fp32 logits per chunk (docs/trainer-memory.md)."""
 
     def __post_init__(self) -> None:
         check(self.steps > 0, "train.steps", f"must be > 0, got {self.steps}")
@@ -88,6 +95,8 @@ class TrainConfig:
         check(self.threads >= 0, "train.threads", f"must be >= 0, got {self.threads}")
         check(self.max_nan_skips >= 1, "train.max_nan_skips", f"must be >= 1, got {self.max_nan_skips}")
         check(self.gpus >= 0, "train.gpus", f"must be >= 0 (0 = one per rank), got {self.gpus}")
+        check(self.micro_batch_tokens >= 0, "train.micro_batch_tokens", f"must be >= 0 (0 = off), got {self.micro_batch_tokens}")
+        check(self.head_chunk >= 0, "train.head_chunk", f"must be >= 0 (0 = auto), got {self.head_chunk}")
 
 
 @dataclass

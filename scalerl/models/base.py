@@ -44,6 +44,9 @@ class ModelConfig:
     attn_implementation: Optional[str] = None
     """Passed to from_pretrained (e.g. eager, sdpa, flash_attention_2); None = transformers' default;
     auto = eager when the body computes in fp32, else transformers' default (``train/setup.py``)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward instead of keeping them
+    (``models/policy.py``, ``checkpoint_layers``); on for ``model=hf``, off for the tiny default."""
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:

@@ -19,6 +19,8 @@ class HFModelConfig(ModelConfig):
     path: str = MISSING
     """Local checkpoint directory (config.json, weights, tokenizer)."""
     warmstart: WarmStartConfig = field(default_factory=lambda: WarmStartConfig(enabled=False))
+    activation_checkpointing: bool = True
+    """Real checkpoints' activations dominate the trainer's memory at the paper's lengths."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,14 +1,17 @@
 """Load any local HF causal-LM checkpoint directory (the tiny one included)."""
 from __future__ import annotations
 
+import json
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from scalerl.models.extensions import diagnose_broken_extensions
 
 with diagnose_broken_extensions():  # transformers' model classes import torchvision when it is installed
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 hf_logging.disable_progress_bar()  # per-arm logs stay readable
@@ -48,3 +51,101 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     if tok.pad_token_id is None:  # many chat checkpoints ship without a pad token
         tok.pad_token = tok.eos_token
     return tok
+
+
+# ---------------------------------------------------------------- loading without a full copy
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Parameters registered inside go to the meta device (no memory; each is allocated, uninitialised,
+    only for the moment of its creation); buffers stay real: the rotary inverse frequencies are
+    computed at construction and are not in checkpoints."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        if param is not None and param.device.type != "meta":
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def build_empty(path: str | Path, *, dtype: torch.dtype, attn_implementation: str | None = None) -> PreTrainedModel:
+    """The checkpoint's model with its parameters on the meta device (``CheckpointUnits``
+    fills them unit by unit); its buffers are real."""
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    config = AutoConfig.from_pretrained(Path(path), local_files_only=True)
+    with diagnose_broken_extensions(), parameters_on_meta():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+    return model
+
+
+class CheckpointUnits:
+    """Fills a meta-built model's parameters from a safetensors checkpoint one module (an FSDP2
+    unit) at a time, reading only that module's tensors: with ``fully_shard`` right after each
+    (``train/sharding.py``), a rank never holds more than its shards plus one unit, against a full
+    fp32 copy per rank before (8B: 32 GB each). Tied weights (Qwen2's embedding and head) stay one
+    tensor. Checkpoints without safetensors are read whole, once, as before."""
+
+    def __init__(self, path: str | Path, model: PreTrainedModel, *, dtype: torch.dtype, device: torch.device):
+        self.path, self.model, self.dtype, self.device = Path(path), model, dtype, device
+        self.names: dict[int, list[str]] = {}  # id(parameter) -> every name it has in the model
+        for name, p in model.named_parameters(remove_duplicate=False):
+            self.names.setdefault(id(p), []).append(name)
+        index = self.path / "model.safetensors.index.json"
+        if index.exists():
+            self.files = {k: self.path / f for k, f in json.loads(index.read_text())["weight_map"].items()}
+        elif (self.path / "model.safetensors").exists():
+            from safetensors import safe_open
+
+            with safe_open(str(self.path / "model.safetensors"), framework="pt") as f:
+                self.files = {k: self.path / "model.safetensors" for k in f.keys()}
+        else:
+            self.files = None
+        self._whole: dict[str, torch.Tensor] | None = None
+
+    def materialize(self, module: torch.nn.Module) -> int:
+        """Give ``module``'s meta parameters (those not already materialized or sharded) their
+        checkpoint values, in ``dtype`` on ``device``. Returns the number of values filled."""
+        todo = [(mod, leaf, p) for mod in module.modules() for leaf, p in mod._parameters.items()
+                if p is not None and p.device.type == "meta"]
+        wanted = {id(p): self._key(p) for _, _, p in todo}
+        values = self._read(sorted(set(wanted.values())))
+        made: dict[int, torch.nn.Parameter] = {}
+        for mod, leaf, p in todo:
+            if id(p) not in made:
+                value = values[wanted[id(p)]].to(device=self.device, dtype=self.dtype)
+                made[id(p)] = torch.nn.Parameter(value, requires_grad=p.requires_grad)
+            mod._parameters[leaf] = made[id(p)]
+        return len(made)
+
+    def _key(self, p) -> str:
+        names = self.names[id(p)]
+        have = self.files if self.files is not None else self._load_whole()
+        for name in names:
+            if name in have:
+                return name
+        raise KeyError(f"{self.path}: the checkpoint has no tensor for parameter {names[0]!r}")
+
+    def _read(self, keys: list[str]) -> dict[str, torch.Tensor]:
+        if self.files is None:
+            return {k: self._load_whole()[k] for k in keys}
+        from safetensors import safe_open
+
+        out: dict[str, torch.Tensor] = {}
+        for file in sorted({self.files[k] for k in keys}):
+            with safe_open(str(file), framework="pt") as f:  # opened per unit: the mapping goes with it
+                out.update({k: f.get_tensor(k) for k in keys if self.files[k] == file})
+        return out
+
+    def _load_whole(self) -> dict[str, torch.Tensor]:
+        if self._whole is None:  # e.g. pytorch_model.bin: one full copy, as every load did before
+            with diagnose_broken_extensions():
+                full = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, local_files_only=True)
+            self._whole = dict(full.state_dict())
+        return self._whole

@@ -7,9 +7,11 @@ generator and trainer"); only the head function differs per side.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 
 from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
@@ -30,6 +32,105 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the next-token distribution. logits (N, T, V) -> (N, T)."""
     logp = torch.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+HEAD_CHUNK_BYTES = 256 * 2**20
+"""``head_chunk=0`` (auto): positions per LM-head chunk such that one chunk's fp32 logits take
+256 MiB: 441 positions at Qwen2's vocabulary of 151,936; the embedded model's whole minibatch."""
+
+
+def auto_head_chunk(vocab: int) -> int:
+    return max(1, HEAD_CHUNK_BYTES // (4 * vocab))
+
+
+def chunked_token_stats(hidden: torch.Tensor, weight: torch.Tensor, head: HeadFn, targets: torch.Tensor,
+                        temperature: float, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(target) and the entropy per position, never holding more than ``chunk`` positions'
+    logits. hidden (N, T, H), weight (V, H), targets (N, T) -> logp (N, T) with gradient,
+    entropy (N, T) without (a metric).
+
+    Each chunk of positions (of the flattened N*T, so one long row splits too) runs ``head`` --
+    the precision axis's head function, unchanged: in fp32 where the axis says so -- then the
+    same log-softmax as ``token_logprobs``, under ``torch.utils.checkpoint``: only its (n,)
+    outputs are kept, and the backward recomputes the chunk's logits. The peak is one chunk's
+    logits and their softmax, not (N, T, V).
+
+    Why not a fused kernel (Liger-Kernel's fused linear cross-entropy, cut-cross-entropy) on GPU:
+    both fold the backward into a loss they reduce themselves, while the RL losses here take
+    per-token log-probs through nonlinear, ratio-dependent weights (CISPO, PPO clips, GSPO's
+    sequence ratio), so the upstream gradient per token is only known after the forward; the
+    entropy metric and the axis's fp32-head matmul would need kernels of their own too. The
+    recompute costs one extra head matmul per chunk (about 1/(3 x layers) of the step's FLOPs
+    at 0.5B: a few percent), measured in ``benchmarks/RESULTS.md``.
+    """
+    n, t = targets.shape
+    flat_h, flat_y = hidden.reshape(n * t, hidden.shape[-1]), targets.reshape(n * t)
+    logps, ents = [], []
+    for start in range(0, n * t, chunk):
+        h, y = flat_h[start : start + chunk], flat_y[start : start + chunk]
+        if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
+            lp, ent = checkpoint(_head_stats, h, weight, y, head, temperature, use_reentrant=False)
+        else:
+            lp, ent = _head_stats(h, weight, y, head, temperature)
+        logps.append(lp)
+        ents.append(ent)
+    return torch.cat(logps).view(n, t), torch.cat(ents).view(n, t)
+
+
+def _head_stats(h, weight, y, head: HeadFn, temperature: float):
+    """One chunk: the same operations as the unchunked path (``CompletionLogits``, then the
+    update's temperature, ``token_logprobs`` and ``token_entropy``), in the same order."""
+    logits = head(h, weight).float()  # (n, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    with torch.no_grad():
+        ent = -(logp.exp() * logp).sum(-1)
+    return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), ent
+
+
+class PromptCache(DynamicCache):
+    """The prompt pass's cache: a repeated write to a layer replaces its keys/values instead of
+    appending, so an activation-checkpointing replay of the pass leaves the same cache."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if layer_idx < len(self.layers) and self.layers[layer_idx].is_initialized:
+            layer = self.layers[layer_idx]
+            layer.keys, layer.values = key_states, value_states
+            return key_states, value_states
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+
+class PrefixCache(DynamicCache):
+    """The completion pass's read-only view of the prompt's keys/values: each layer attends to
+    prefix + its own keys, and nothing is stored, so the pass is a pure function of its inputs and
+    a checkpointed layer recomputes exactly what it computed (``model.activation_checkpointing``).
+    The same values as ``DynamicCache``'s append (one concatenation either way)."""
+
+    @classmethod
+    def of(cls, prompt: DynamicCache) -> "PrefixCache":
+        out = cls()
+        out.layers = [copy.copy(layer) for layer in prompt.layers]  # own layer objects, shared tensors
+        return out
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+
+
+def checkpoint_layers(model: PreTrainedModel) -> int:
+    """Activation checkpointing per decoder layer (``model.activation_checkpointing``): each
+    layer keeps only its input and recomputes the rest in the backward. torch's composable
+    ``checkpoint`` works by module hooks, so parameter names are unchanged (checkpoints, weight
+    pushes) and it composes with FSDP2's ``fully_shard`` (apply it first, as here: ``setup.py``).
+    The trainer's caches (``PromptCache``, ``PrefixCache``) make a replay exact; HF's own
+    gradient checkpointing would drop the shared prompt cache instead. Returns the layer count."""
+    from torch.distributed._composable import checkpoint as composable_checkpoint
+
+    layers = list(getattr(model.get_decoder(), "layers", []))
+    for layer in layers:
+        composable_checkpoint(layer)
+    return len(layers)
 
 
 def _cache_kw(body) -> str:
@@ -56,36 +157,58 @@ class CompletionLogits(torch.nn.Module):
     divides them by the sampling temperature.
     """
 
-    def __init__(self, model: PreTrainedModel, head: HeadFn):
+    def __init__(self, model: PreTrainedModel, head: HeadFn, head_chunk: int = 0):
         super().__init__()
         self.model = model
         self.head = head
+        self.head_chunk = head_chunk
+        """Positions per LM-head chunk when log-probs are asked for (``train.head_chunk``; 0: auto)."""
         self._cache_kw = _cache_kw(model.get_decoder())
 
-    def forward(self, prompt_ids, prompt_mask, tokens, token_mask, group: int = 1) -> torch.Tensor:
+    def forward(self, prompt_ids, prompt_mask, tokens, token_mask, group=1, *, temperature=None, head_chunk=None):
         """prompt_ids/prompt_mask (P, W) left-padded unique prompts; tokens/token_mask
-        (P*group, T), grouped by prompt. The prompt is run once per group and its
-        keys/values (with their gradients) are shared by the group's completions:
-        the same function as a full forward of every prompt+completion, with
-        1/group of the prompt compute. Returns (P*group, T, V) fp32.
+        (N, T). ``group``: an int G, the rows grouped by prompt (N = P*G), or a (N,) long
+        tensor, the prompt index of each row (a micro-batch, ``train/update.py``). The prompt
+        is run once and its keys/values (with their gradients) are shared by its completions:
+        the same function as a full forward of every prompt+completion, with 1/G of the prompt
+        compute.
+
+        ``temperature`` None: returns the untempered logits (N, T, V) fp32. Else returns
+        (logp, entropy), each (N, T), of ``tokens`` under logits / temperature; computed
+        ``head_chunk`` positions at a time (``chunked_token_stats``) when N*T exceeds it
+        (None: ``self.head_chunk``; 0: ``auto_head_chunk``), else from the full logits, as before.
         """
         body, kw = self.model.get_decoder(), self._cache_kw
-        cache = DynamicCache()
+        cache = PromptCache()
         h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
-        if group > 1:
-            cache.batch_repeat_interleave(group)
+        cache = PrefixCache.of(cache)
+        if isinstance(group, torch.Tensor):  # (N,) prompt index per row
+            cache.batch_select_indices(group)
+            pmask, first = prompt_mask[group], h_prompt[group, -1:]
+        else:
+            if group > 1:
+                cache.batch_repeat_interleave(group)
+            pmask = prompt_mask.repeat_interleave(group, 0)  # (N, W)
+            first = h_prompt[:, -1:].repeat_interleave(group, 0)  # last prompt position predicts token 0
         # Token t's logits come from position t-1, so the last token is not fed: nothing reads
         # its hidden state, and causal attention keeps it out of every earlier one. A 1-token
         # completion still runs the pass (its output unused): under FSDP2 every rank must run
         # the same number of layer forwards, whatever its rows' widths.
         fed = max(tokens.shape[1] - 1, 1)
-        pmask = prompt_mask.repeat_interleave(group, 0)  # (N, W)
         mask = torch.cat([pmask, token_mask[:, :fed]], dim=1)  # (N, W+fed)
         pos = positions_from_mask(mask)[:, pmask.shape[1] :]
         h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
-        first = h_prompt[:, -1:].repeat_interleave(group, 0)  # last prompt position predicts token 0
+        hidden = torch.cat([first, h[:, : tokens.shape[1] - 1]], dim=1)  # (N, T, H)
         weight = self.model.get_output_embeddings().weight
-        return self.head(torch.cat([first, h[:, : tokens.shape[1] - 1]], dim=1), weight).float()
+        if temperature is None:
+            return self.head(hidden, weight).float()
+        chunk = (self.head_chunk if head_chunk is None else head_chunk) or auto_head_chunk(weight.shape[0])
+        if chunk < tokens.numel():
+            return chunked_token_stats(hidden, weight, self.head, tokens, temperature, chunk)
+        logits = self.head(hidden, weight).float()  # (N, T, V): the unchunked path, as before
+        if temperature != 1.0:
+            logits = logits / temperature
+        return token_logprobs(logits, tokens), token_entropy(logits.detach())
 
 
 class Policy:

@@ -26,7 +26,8 @@ def flop_params(model: nn.Module) -> int:
     total = sum(p.numel() for p in model.parameters())
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
-    tied = head is not None and head.weight.data_ptr() == emb.data_ptr()
+    # ``is``: a model built on the meta device (``models/load.py``) has data_ptr 0 for every tensor.
+    tied = head is not None and (head.weight is emb or (emb.device.type != "meta" and head.weight.data_ptr() == emb.data_ptr()))
     return total if tied else total - emb.numel()
 
 

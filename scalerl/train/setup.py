@@ -20,8 +20,8 @@ from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
-from scalerl.models.load import compute_dtype, load_checkpoint, load_tokenizer
-from scalerl.models.policy import CompletionLogits, Policy
+from scalerl.models.load import CheckpointUnits, build_empty, compute_dtype, load_checkpoint, load_tokenizer
+from scalerl.models.policy import CompletionLogits, Policy, checkpoint_layers
 from scalerl.precision.base import Heads
 from scalerl.registry import Recipe, build_recipe
 from scalerl.tasks import TASKS
@@ -62,7 +62,9 @@ class Run:
     trainer: CompletionLogits
     """The trainer's forward (the FSDP2 root when sharded) around ``model``."""
     policy: Policy
-    """The generator's view: ``model`` itself, or its own copy in the compute dtype when sharded."""
+    """The generator's view: ``model`` itself, or its own copy in the compute dtype when sharded and
+    sampled from in this process; sharded with an engine of its own or in generator processes, a
+    weightless (meta-device) model that only carries the config for export."""
     generator: Generator
     """The in-process engine (``generation`` group): evaluation, and training batches unless
     generator processes make them (``async=pipeline_rl``)."""
@@ -87,6 +89,8 @@ class Run:
     the trainer's version."""
     attn: Optional[str] = None
     """The attention implementation every copy of the model loads with (``attn_implementation``)."""
+    policy_is_copy: bool = False
+    """``policy`` holds its own copy of the weights (sharded, sampled in-process), refreshed by a push."""
 
     def sync_generator(self, version: int) -> None:
         """After an update (or a resume): the in-process generator samples from the trainer's
@@ -96,7 +100,7 @@ class Run:
         if not self.shares_policy:
             self.generator.load_weights(trainer_state_dict(self.model).items(), version)
             return
-        if self.sharded:
+        if self.policy_is_copy:
             push_weights(self.model, self.policy)
         self.generator.version = version
 
@@ -154,21 +158,40 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     body = body_dtype(cfg, device)
     heads = recipe.heads(compute_dtype(cfg.model.dtype, device))
     attn = attn_implementation(cfg, body)
-    # Sharded: fp32 master weights, loaded on the CPU; fully_shard moves each unit's shard to the device.
-    model, tok = load_checkpoint(ckpt, dtype=torch.float32 if sharded else body,
-                                 device=torch.device("cpu") if sharded else device, attn_implementation=attn)
+    option = GENERATORS[cfg.generation.name]
+    # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
+    # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
+    # The trainer keeps the torch sampler over its own model, which then only tracks the version.
+    remote = recipe.plan.generators > 0 and not option.schema.samples_policy
+    if sharded:
+        # fp32 master weights built on the meta device; each FSDP2 unit is read from the checkpoint
+        # just before it is sharded (``CheckpointUnits``): no rank ever holds a full copy.
+        model, tok = build_empty(ckpt, dtype=torch.float32, attn_implementation=attn), load_tokenizer(ckpt)
+    else:
+        model, tok = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
     model.train()  # no dropout in the tiny model; real checkpoints set their own
     n_params = flop_params(model)
-    trainer = CompletionLogits(model, heads.train)
+    if cfg.model.activation_checkpointing:  # before fully_shard: the composable checkpoint composes with it
+        checkpoint_layers(model)
+    trainer = CompletionLogits(model, heads.train, head_chunk=cfg.train.head_chunk)
+    copy = False
     if sharded:
         head = torch.float32 if heads.train_dtype == torch.float32 else body
-        shard_trainer(trainer, dist.mesh, compute_dtype=body, head_dtype=head)
-        gen_model, _ = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
+        units = CheckpointUnits(ckpt, model, dtype=torch.float32, device=torch.device("cpu"))
+        # On the CPU: fully_shard moves each unit's shard to the device.
+        shard_trainer(trainer, dist.mesh, compute_dtype=body, head_dtype=head, materialize=units.materialize)
+        # A generator copy only where this process samples from it: not for an engine with weights of
+        # its own (vLLM) or one in generator processes; they get weights pushed from ``model``.
+        copy = option.schema.samples_policy and not remote
+        if copy:
+            gen_model, _ = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
+        else:
+            gen_model = build_empty(ckpt, dtype=body, attn_implementation=attn)  # the config, for export
         gen_model.eval()
         # An fp32 generator head keeps its own fp32 copy of the head weight (the body copy is in bf16).
-        own_head = heads.gen_dtype == torch.float32 and body != torch.float32
+        own_head = copy and heads.gen_dtype == torch.float32 and body != torch.float32
         head_weight = gen_model.get_output_embeddings().weight.detach().float().clone() if own_head else None
-        policy = Policy(gen_model, gen_head=heads.gen, train_head=heads.train, head_weight=head_weight)
+        policy = Policy(gen_model, gen_head=heads.gen, train_head=heads.train, head_weight=head_weight, lean=copy)
     else:
         policy = Policy(model, gen_head=heads.gen, train_head=heads.train)
     params = [p for p in trainer.parameters() if p.requires_grad]
@@ -184,15 +207,11 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
     ctx = EngineContext(policy=policy, checkpoint=Path(ckpt), device=device, body_dtype=body,
                         head_dtype=heads.gen_dtype, seed=cfg.seed)
-    option = GENERATORS[cfg.generation.name]
-    # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
-    # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
-    # The trainer keeps the torch sampler over its own model, which then only tracks the version.
-    remote = recipe.plan.generators > 0 and not option.schema.samples_policy
     generator = TorchGenerator(policy, device) if remote else option.fn(ctx, cfg=cfg.generation)
     return Run(task, recipe, tok, model, trainer, policy, generator, optimizer, scheduler, sampler, n_params, params,
                sharded, Path(ckpt), heads, compute_dtype(cfg.model.dtype, device), body,
-               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote, attn=attn)
+               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote, attn=attn,
+               policy_is_copy=copy)
 
 
 def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:

@@ -25,17 +25,27 @@ def needs_sharding(world: int, compute_dtype: torch.dtype) -> bool:
     return world > 1 or compute_dtype != torch.float32
 
 
-def shard_trainer(trainer: torch.nn.Module, mesh, *, compute_dtype: torch.dtype, head_dtype: torch.dtype) -> None:
+def shard_trainer(trainer: torch.nn.Module, mesh, *, compute_dtype: torch.dtype, head_dtype: torch.dtype,
+                  materialize=None) -> None:
     """Apply FSDP2 in place: one unit per decoder layer, the rest (embeddings, final
     norm, LM head) in the root unit. ``trainer`` is a ``CompletionLogits``; its
-    parameters must be fp32 (they become the sharded master weights)."""
+    parameters must be fp32 (they become the sharded master weights).
+
+    ``materialize(module)``: for a model built on the meta device (``models/load.py``,
+    ``CheckpointUnits``), called on each unit just before it is sharded, so its full values
+    exist only until ``fully_shard`` keeps this rank's rows: the rank's peak is its shards
+    plus one unit, not a full copy."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     def policy(dtype: torch.dtype) -> MixedPrecisionPolicy:
         return MixedPrecisionPolicy(param_dtype=None if dtype == torch.float32 else dtype, reduce_dtype=torch.float32)
 
     for layer in getattr(trainer.model.get_decoder(), "layers", []):
+        if materialize is not None:
+            materialize(layer)
         fully_shard(layer, mesh=mesh, mp_policy=policy(compute_dtype))
+    if materialize is not None:
+        materialize(trainer)  # the root unit: what the layers left (embeddings, final norm, head)
     fully_shard(trainer, mesh=mesh, mp_policy=policy(head_dtype))
 
 

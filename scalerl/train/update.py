@@ -9,6 +9,15 @@ row keeps FSDP2's collectives in step), and each rank's loss is weighted by
 its share of the chunk's units, so the summed gradient is the single-process
 one: the same global batch gives the same update on any number of ranks.
 
+Micro-batches (``train.micro_batch_tokens`` > 0): a rank's minibatch rows, longest first,
+are cut into micro-batches of at most that many padded completion tokens (length bucketing:
+each is padded to its own longest row, not the step's), each forward and backward in turn with
+the gradients accumulated. The loss stays the aggregate of the whole minibatch: every
+aggregation is linear in the per-token losses, so its per-token weights (the gradient of
+``recipe.aggregate`` at the minibatch's mask) carry the right global prompt, sample or token
+denominators into each micro-batch. Ranks agree on the micro-batch count (dummy rows pad the
+shorter lists), so FSDP2's collectives stay in step.
+
 A non-finite loss or gradient norm on any rank skips that minibatch's
 optimizer step on all of them (the parameters stay finite, so a checkpoint
 can never contain NaN) and is reported to the loop, which raises an alarm.
@@ -18,7 +27,6 @@ from __future__ import annotations
 import torch
 
 from scalerl.losses.base import masked_mean
-from scalerl.models.policy import token_entropy, token_logprobs
 from scalerl.train.sharding import clip_grad_norm
 
 HEAD = ("units", "finite", "tokens", "loss")
@@ -40,7 +48,7 @@ def minibatch_groups(keep: torch.Tensor, n_minibatches: int) -> list[list[int]]:
 
 
 def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatches: int, grad_clip: float,
-                  temperature: float, mine: slice, dist) -> dict:
+                  temperature: float, mine: slice, dist, micro_batch_tokens: int = 0) -> dict:
     """Train on this rank's rollout ``ro`` (the groups ``mine`` of the step's batch).
 
     trainer: ``CompletionLogits`` (FSDP2-sharded or not); adv: (P, G) and keep: (P,) for
@@ -54,14 +62,19 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     for chunk in minibatch_groups(keep, minibatches):
         groups = [g - mine.start for g in chunk if mine.start <= g < mine.stop]  # this rank's share, local indices
         rows = torch.tensor([g * group + j for g in groups for j in range(group)], dtype=torch.long, device=device)
-        loss, sums, units, names = _minibatch_loss(trainer, ro, adv_rows, groups, rows, group, recipe, temperature)
-        stats = dist.all_sum(sums)  # (len(HEAD) + len(names),) float64: one collective
-        idle += int(not groups)
-        global_units = stats[0].item()
         optimizer.zero_grad(set_to_none=True)
-        # Weighted by this rank's share of the units; FSDP2 averages gradients over ranks, hence x world.
-        # Every rank always runs the backward, so the sharded collectives stay in step.
-        (loss * (units * dist.world / global_units if global_units else 0.0)).backward()
+        idle += int(not groups)
+        if micro_batch_tokens > 0:
+            stats, names = _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe, temperature,
+                                                     micro_batch_tokens, dist)
+        else:
+            loss, sums, units, names = _minibatch_loss(trainer, ro, adv_rows, groups, rows, group, recipe, temperature)
+            stats = dist.all_sum(sums)  # (len(HEAD) + len(names),) float64: one collective
+            global_units = stats[0].item()
+            # Weighted by this rank's share of the units; FSDP2 averages gradients over ranks, hence x world.
+            # Every rank always runs the backward, so the sharded collectives stay in step.
+            (loss * (units * dist.world / global_units if global_units else 0.0)).backward()
+        global_units = stats[0].item()
         gnorm = clip_grad_norm(params, grad_clip)
         if not global_units:  # no trainable token in the whole chunk
             optimizer.zero_grad(set_to_none=True)
@@ -82,39 +95,120 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     return out
 
 
-def _minibatch_loss(trainer, ro, adv_rows, groups, rows, group, recipe, temperature):
-    """This rank's aggregated loss on its rows, the sums to all-reduce, its units and the metric names.
-
-    A rank with no rows in the chunk runs one masked dummy row (a one-token
-    prompt and completion): FSDP2 needs every rank in every forward and backward.
-    """
+def _rows_inputs(ro, adv_rows, groups, rows, group):
+    """The forward's and the loss's inputs for this rank's rows of a minibatch; with no rows,
+    one masked dummy row (a one-token prompt and completion): FSDP2 needs every rank in every
+    forward and backward."""
     dev = ro.gen.tokens.device
     if groups:
-        tokens, present, sampled = ro.gen.tokens[rows], ro.gen.present[rows], ro.gen.sampled[rows]
-        prompt_ids, prompt_mask, g = ro.prompt_ids[groups], ro.prompt_mask[groups], group
-        behav, adv = ro.gen.logprobs[rows], adv_rows[rows]
+        return dict(tokens=ro.gen.tokens[rows], present=ro.gen.present[rows], sampled=ro.gen.sampled[rows],
+                    prompt_ids=ro.prompt_ids[groups], prompt_mask=ro.prompt_mask[groups], group=group,
+                    behav=ro.gen.logprobs[rows], adv=adv_rows[rows])
+    prompt_ids = ro.prompt_ids[:1, -1:]
+    return dict(tokens=prompt_ids.clone(), present=torch.ones((1, 1), dtype=torch.bool, device=dev),
+                sampled=torch.zeros((1, 1), dtype=torch.bool, device=dev), prompt_ids=prompt_ids,
+                prompt_mask=torch.ones((1, 1), dtype=torch.long, device=dev), group=1,
+                behav=torch.zeros((1, 1), device=dev), adv=torch.zeros(1, device=dev))
+
+
+def _forward_loss(trainer, x: dict, recipe, temperature, weights=None, units=0.0):
+    """One forward: (loss, this forward's sums (HEAD then the token-weighted metric sums), names).
+    ``weights`` None: the loss is ``recipe.aggregate`` of the rows (the whole minibatch); else the
+    per-token aggregation weights (n, T) of these rows within their minibatch, of ``units``."""
+    logp, entropy = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
+                            temperature=temperature)  # (n, T) each; the head in chunks (trainer.head_chunk)
+    sampled, behav = x["sampled"], x["behav"]
+    tok_loss, m = recipe.loss(logp, behav, x["adv"], sampled)
+    if weights is None:
+        loss, units = recipe.aggregate(tok_loss, sampled, x["group"])
     else:
-        prompt_ids, prompt_mask = ro.prompt_ids[:1, -1:], torch.ones((1, 1), dtype=torch.long, device=dev)
-        tokens, present = prompt_ids.clone(), torch.ones((1, 1), dtype=torch.bool, device=dev)
-        sampled = torch.zeros((1, 1), dtype=torch.bool, device=dev)
-        behav, adv, g = torch.zeros((1, 1), device=dev), torch.zeros(1, device=dev), 1
-    logits = trainer(prompt_ids, prompt_mask, tokens, present.long(), g)  # (n, T, V) fp32
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = token_logprobs(logits, tokens)  # (n, T)
-    tok_loss, m = recipe.loss(logp, behav, adv, sampled)
-    loss, units = recipe.aggregate(tok_loss, sampled, g)
+        loss = (tok_loss * weights).sum()
     with torch.no_grad():
         n_tok = float(sampled.sum())
         dlogp = logp.detach() - behav
-        means = [token_entropy(logits.detach()), dlogp.abs(), (dlogp.exp() - 1).abs()]
+        means = [entropy, dlogp.abs(), (dlogp.exp() - 1).abs()]
         means = [masked_mean(x, sampled) for x in means] + [torch.as_tensor(m[k]) for k in sorted(m)]
         means = torch.stack([x.detach().double().cpu().reshape(()) for x in means])
         head = torch.tensor([float(units), float(torch.isfinite(loss).item()), n_tok, float(loss.detach()) * float(units)],
                             dtype=torch.float64)
         # Token-weighted, so the all-reduced sums give exact global means; an empty mask adds nothing.
         sums = torch.cat([head, means * n_tok if n_tok else torch.zeros_like(means)])
-    return loss, sums, float(units), [*TOKEN_METRICS, *sorted(m)]
+    return loss, sums, [*TOKEN_METRICS, *sorted(m)]
+
+
+def _minibatch_loss(trainer, ro, adv_rows, groups, rows, group, recipe, temperature):
+    """This rank's aggregated loss on its rows, the sums to all-reduce, its units and the metric names."""
+    x = _rows_inputs(ro, adv_rows, groups, rows, group)
+    loss, sums, names = _forward_loss(trainer, x, recipe, temperature)
+    return loss, sums, float(sums[0]), names
+
+
+def aggregation_weights(aggregate, mask: torch.Tensor, group: int) -> tuple[torch.Tensor, float]:
+    """Per-token weights w (N, T) with ``aggregate(tok_loss, mask, group)[0] == (w * tok_loss).sum()``
+    for every tok_loss, and the aggregate's units. Every aggregation (``aggregation/``) is linear
+    in tok_loss, so w is its gradient, taken once at zero: the mask alone fixes the denominators."""
+    x = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device, requires_grad=True)
+    with torch.enable_grad():
+        loss, units = aggregate(x, mask, group)
+        (w,) = torch.autograd.grad(loss, x, allow_unused=True)
+    return (torch.zeros_like(x) if w is None else w.detach()), float(units)
+
+
+def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
+    """Row positions cut into micro-batches of at most ``budget`` padded tokens (rows x longest),
+    longest rows first, so each micro-batch pads only to its own longest row (length bucketing).
+    A row longer than the budget is a micro-batch of its own.
+
+    >>> micro_batches([3, 9, 2, 8, 1], budget=16)
+    [[1], [3, 0], [2, 4]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * max(lengths[out[-1][0]], 1) <= budget:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def padding_fraction(lengths: list[int], parts: list[list[int]]) -> float:
+    """Padded positions over all positions when each part is padded to its longest row."""
+    padded = sum(len(p) * max(lengths[i] for i in p) for p in parts)
+    return 1.0 - sum(lengths) / padded if padded else 0.0
+
+
+def _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe, temperature, budget, dist):
+    """Forward and backward this rank's rows of a minibatch in micro-batches, the gradients
+    accumulating to the single-forward ones. Returns the all-reduced sums and the metric names."""
+    x = _rows_inputs(ro, adv_rows, groups, rows, group)
+    weights, units = aggregation_weights(recipe.aggregate, x["sampled"], x["group"])  # (n, T)
+    width = torch.arange(1, x["present"].shape[1] + 1, device=x["present"].device)
+    lengths = (x["present"] * width).amax(-1).tolist() if groups else []  # last present position + 1
+    parts = micro_batches(lengths, budget)
+    counts = dist.all_cat(torch.tensor([[units, float(len(parts))]], dtype=torch.float64))  # (world, 2)
+    global_units, n_parts = counts[:, 0].sum().item(), int(counts[:, 1].max().item())
+    scale = dist.world / global_units if global_units else 0.0  # FSDP2 averages over ranks, hence x world
+    dummy = _rows_inputs(ro, adv_rows, [], rows, group)
+    total, names = None, None
+    for k in range(max(n_parts, 1)):
+        if k < len(parts):
+            sel = torch.tensor(parts[k], dtype=torch.long, device=x["tokens"].device)
+            t = max(lengths[i] for i in parts[k])
+            part = {key: x[key][sel, :t] for key in ("tokens", "present", "sampled", "behav")}
+            used, prompt_of = torch.unique(sel // group, return_inverse=True)  # the part's prompts, each row's
+            part.update(adv=x["adv"][sel], prompt_ids=x["prompt_ids"][used], prompt_mask=x["prompt_mask"][used],
+                        group=prompt_of)
+            w = weights[sel, :t]
+        else:  # this rank ran out of rows: a masked dummy keeps the ranks' forwards in step
+            part, w = dummy, torch.zeros((1, 1), device=x["tokens"].device)
+        loss, sums, names = _forward_loss(trainer, part, recipe, temperature, weights=w, units=units)
+        (loss * (units * scale)).backward()  # loss is over this rank's units, like _minibatch_loss's
+        total = sums if total is None else total + sums
+    # HEAD: units once (the whole minibatch's), finite only if every micro-batch was; the tokens and
+    # loss x units add up (each micro-batch's loss is its part of the minibatch's).
+    total[0], total[1] = units, float(total[1] == max(n_parts, 1))
+    return dist.all_sum(total), names
 
 
 def _metrics(stats: torch.Tensor, names: list[str], gnorm: torch.Tensor) -> dict:
