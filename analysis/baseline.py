@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from analysis.fit import NAN, CurveError, FitOptions, prepare_curve
+from analysis.fit import NAN, CurveError, FitOptions, _signal, prepare_curve
 from analysis.models import power_law
 
 B_GRID = np.geomspace(0.01, 5.0, 60)
@@ -20,20 +20,23 @@ B_GRID = np.geomspace(0.01, 5.0, 60)
 
 @dataclass(frozen=True)
 class PowerLawFit:
-    status: str                      # ok | A_unidentified (A at 1) | too_few_points | fit_failed
+    status: str                      # ok | A_unidentified (A at 1) | flat | decreasing | too_few_points | fit_failed
     A: float = NAN
-    D: float = NAN                   # in the data's compute units: R = A - D / C^B
+    D: float = NAN                   # in the data's compute units: R = A - D / C^B (may be inf)
     B: float = NAN
     sse: float = NAN
     n_points: int = 0
     reason: str = ""
+    scale: float = 1.0               # the last fitted compute
+    D_scaled: float = NAN            # D / scale^B: finite where D overflows; what `predict` uses
 
     @property
     def fitted(self):
         return bool(np.isfinite(self.A))
 
     def predict(self, compute):
-        return power_law(compute, self.A, self.D, self.B)
+        # in units of the last fitted compute: D in FLOPs (1e15^B) overflows a float
+        return power_law(np.asarray(compute, dtype=float) / self.scale, self.A, self.D_scaled, self.B)
 
 
 def _linear_ad(z, y):
@@ -55,6 +58,9 @@ def fit_power_law(compute, reward, options: FitOptions = FitOptions(), *, epoch=
     if curve.x.size < options.min_points:
         return PowerLawFit(status="too_few_points", n_points=int(curve.x.size),
                            reason=f"{curve.x.size} points, need {options.min_points}")
+    signal, why = _signal(curve.y, curve.R0)      # the sigmoid's own test, on the same points
+    if signal:
+        return PowerLawFit(status=signal, n_points=int(curve.x.size), reason=why)
     scale = float(curve.x[-1])
     x, y = curve.x / scale, curve.y
     best = None
@@ -81,7 +87,7 @@ def fit_power_law(compute, reward, options: FitOptions = FitOptions(), *, epoch=
         return PowerLawFit(status="fit_failed", reason="no finite fit")
     status = "A_unidentified" if A0 > 1.0 - 1e-3 else "ok"
     with np.errstate(over="ignore"):                   # D in FLOP units can overflow: inf
-        D = float(D0 * scale**B0)
-    return PowerLawFit(status=status, A=float(A0), D=D, B=float(B0),
+        D = float(D0 * np.float64(scale) ** B0)        # numpy: inf, where a Python float raises
+    return PowerLawFit(status=status, A=float(A0), D=D, B=float(B0), scale=scale, D_scaled=float(D0),
                        sse=float(sse0), n_points=int(x.size),
                        reason="A sits at its upper bound 1.0" if status != "ok" else "")

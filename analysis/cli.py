@@ -113,6 +113,8 @@ def build_parser():
                      help="fraction of each run's compute to fit on, in (0, 1): the rest is what it predicts")
     ext.add_argument("--n-final", type=_ranged(low=1, integer=True), default=3,
                      help="observed final reward = mean of the last N evals (N >= 1)")
+    ext.add_argument("--n-boot", type=_ranged(low=0, integer=True), default=FitOptions.n_boot, metavar="N",
+                     help="bootstrap replicates behind each forecast's interval (default %(default)s)")
 
     plan = sub.add_parser("plan", help="predicted reward at a budget, its interval and P(best) per arm")
     _common(plan)
@@ -127,7 +129,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     fields = dict(r0=args.r0, min_compute=args.min_compute, method=args.method, seed=args.seed)
-    if args.command == "plan":
+    if args.command in ("plan", "extrapolate"):
         fields.update(n_boot=args.n_boot)
     if args.command == "fit":
         fields.update(fit_until=args.fit_until, n_boot=args.n_boot, max_a_width=args.max_a_width)

@@ -13,9 +13,12 @@ The trainer's run-directory contract:
     metrics.jsonl  one eval per line, strictly increasing step: step, compute, device_hours,
                    tokens, epoch, pass_rate (= reward); a killed run may leave a partial last line
     summary.json   status, run_name, arm_hash, axes, seed, loss_clamp, error (may be absent)
-Input the trainer could not have written (a corrupt middle row, steps out of order, a
-reward outside [0, 1], negative compute, a CSV that is empty, ragged or binary) raises
-`InputError`, one line naming the file and the line; the CLI prints it and exits 2.
+Input the trainer could not have written (a corrupt middle row, steps out of order, compute
+that falls while the step rises, a reward outside [0, 1], negative compute, a CSV that is
+empty, ragged or binary) raises `InputError`, one line naming the file and the line; the
+CLI prints it and exits 2.  Every file is read through `read_bounded`: a FIFO, a device
+(a link to /dev/zero) or a file over MAX_BYTES is refused before a byte is read, so no
+input can hang the analysis or fill memory.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import fnmatch
 import json
 import math
 import os
+import stat
+from io import BytesIO
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +35,9 @@ import yaml
 
 AXES = ("compute", "device_hours", "tokens", "wall_s")  # x-axes the trainer logs (wall_s: step wall time)
 REWARD_KEY = "pass_rate"
+MAX_BYTES = 256 << 20     # any one input file: 100k evals of a 1 kB row are 100 MB
+MAX_CUT_LINE = 1 << 20    # a kill cuts a row short, and a row is ~1 kB: a longer unended line is not one
+CUMULATIVE = ("compute", "device_hours", "tokens")   # never fall while the step rises
 WANDB_STATES = {"finished": "done", "running": "running", "failed": "failed",
                 "crashed": "failed", "killed": "failed", "preempted": "preempted"}
 
@@ -48,23 +56,62 @@ def check_value(where, column, value):
         raise InputError(f"{where}: reward {value!r} is outside [0, 1]")
 
 
+def read_bounded(path, limit=None):
+    """The bytes of the regular file `path`; None if it does not exist.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO (which would
+    block forever), a device such as /dev/zero (endless), a directory or a file over
+    `limit` bytes (default MAX_BYTES) raises InputError instead of hanging or filling memory.
+    """
+    limit = MAX_BYTES if limit is None else limit
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise InputError(f"{path}: a directory, not a file") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+            raise InputError(f"{path}: {kind}, not a regular file; refusing to read it")
+        if info.st_size > limit:
+            raise InputError(f"{path}: {info.st_size / 2**20:.0f} MiB, over the {limit / 2**20:.0f} MiB"
+                             f" bound on an input file (analysis.io.MAX_BYTES)")
+        data = f.read(limit + 1)             # a file growing while read is bounded too
+    if len(data) > limit:
+        raise InputError(f"{path}: over the {limit / 2**20:.0f} MiB bound on an input file")
+    return data
+
+
 # ---------------------------------------------------------------- scalerl sweep directories
+def _is_run(path):
+    return any(os.path.lexists(os.path.join(path, name)) for name in ("metrics.jsonl", "summary.json"))
+
+
 def find_run_dirs(root):
     """Directories under (or equal to) `root` holding metrics.jsonl or summary.json.
 
-    Symbolic links are followed: a sweep links in the finished runs it reuses from other
-    studies (same config hash) instead of training them again.
+    The walk never follows a symbolic link: a link is read only when it points at a run
+    directory itself, and then only that directory, never below it.  That keeps the
+    sweep launcher's contract, which links a finished run it reuses from another study
+    (same config hash) into the new study's home (scalerl.launch.rundir.link_run), while
+    a link to `/` or to anything that is not a run cannot make the analysis walk the
+    filesystem.
     """
     root, found, seen = Path(root), set(), set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        real = os.path.realpath(dirpath)
-        if real in seen:                    # a link cycle, or two links to one run
-            dirnames[:] = []
-            continue
-        seen.add(real)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         if {"metrics.jsonl", "summary.json"} & set(filenames):
             found.add(Path(dirpath))
-    return sorted(found)
+        linked = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        for name in linked:                 # a reused run: read it, do not descend into it
+            path = os.path.join(dirpath, name)
+            if _is_run(path):
+                found.add(Path(path))
+    unique = {}
+    for path in sorted(found):              # two links to one run: keep the first
+        unique.setdefault(os.path.realpath(path), path)
+    return sorted(unique.values())
 
 
 def read_metrics(path):
@@ -73,14 +120,15 @@ def read_metrics(path):
     Only a last line without its newline (a killed run's row) may be unparseable; any
     other bad line, or a step that does not increase, raises InputError naming the line.
     """
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
+    data = read_bounded(path)
+    if data is None:
         return []
+    try:
+        text = data.decode()
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file") from None
     lines = text.split("\n")
-    records, previous = [], None
+    records, previous, totals = [], None, {}
     for number, line in enumerate(lines, 1):
         last = number == len(lines)
         if last and not line.strip():
@@ -88,8 +136,11 @@ def read_metrics(path):
         try:
             record = json.loads(line)
         except ValueError:
-            if last:                    # cut short by a kill: the run redoes it on resume
+            if last and len(line) <= MAX_CUT_LINE:   # cut short by a kill: the run redoes it on resume
                 break
+            if last:
+                raise InputError(f"{path} line {number}: {len(line)} characters with no newline and no"
+                                 f" JSON row; a row cut short by a kill is under {MAX_CUT_LINE} characters") from None
             raise InputError(f"{path} line {number}: not a JSON row: {line[:60]!r}") from None
         if not isinstance(record, dict):
             raise InputError(f"{path} line {number}: not a JSON object: {line[:60]!r}")
@@ -104,14 +155,27 @@ def read_metrics(path):
         check_value(f"{path} line {number}", "reward", _number(record.get(REWARD_KEY)))
         for axis in AXES:
             check_value(f"{path} line {number}", "compute", _number(record.get(axis)))
+        for axis in CUMULATIVE:         # cumulative: R0 and the fit window read them as ordered
+            value = _number(record.get(axis))
+            if math.isnan(value):
+                continue
+            if axis in totals and value < totals[axis][0]:
+                raise InputError(f"{path} line {number}: {axis} {value:g} at step {step} is below"
+                                 f" {totals[axis][0]:g} at line {totals[axis][1]}; it must not fall as the step rises")
+            totals[axis] = (value, number)
         records.append(record)
     return records
 
 
 def _read_mapping(path, loader):
+    """The mapping in a JSON or YAML file; {} if it is missing or not a mapping.  A FIFO,
+    a device or an oversized file raises InputError (read_bounded)."""
     try:
-        data = loader(Path(path).read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+        raw = read_bounded(path, limit=min(MAX_BYTES, 16 << 20))
+        data = {} if raw is None else loader(raw.decode())
+    except InputError:
+        raise
+    except (OSError, ValueError, yaml.YAMLError):     # UnicodeDecodeError is a ValueError
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -252,11 +316,13 @@ def read_points_csv(path, metric=None):
     Raises InputError for an empty, ragged or binary file, a missing column, and a value
     that is not a number, a negative compute or a reward outside [0, 1] (naming the line).
     """
-    with open(path, "rb") as f:
-        if b"\x00" in f.read(1 << 16):
-            raise InputError(f"{path}: not a text CSV file (binary data)")
+    raw = read_bounded(path)
+    if raw is None:
+        raise InputError(f"{path}: no such points CSV")
+    if b"\x00" in raw[: 1 << 16]:
+        raise InputError(f"{path}: not a text CSV file (binary data)")
     try:
-        points = pd.read_csv(path)
+        points = pd.read_csv(BytesIO(raw))
     except pd.errors.EmptyDataError:
         raise InputError(f"{path}: empty file; need a header run,compute,reward and one row per eval") from None
     except UnicodeDecodeError:

@@ -1,7 +1,7 @@
 """Result files are never overwritten silently.
 
 An analysis writes a known set of files into its output directory (leaderboard.csv and
-the PNGs; extrapolation.csv and .png) and records, in `analysis.json`, which runs and
+the PNGs; extrapolation.csv and .png; plan.csv and .png) and records, in `analysis.json`, which runs and
 which settings produced them.  Before the next analysis writes there:
 * same runs, same settings (a rerun, or a sweep relaunched to finish its arms): the files
   are replaced, and the console says so;
@@ -20,6 +20,7 @@ MANIFEST = "analysis.json"
 KINDS = {
     "fit": ("leaderboard.csv", "overview.png", "params.png", "run-*.png"),
     "extrapolate": ("extrapolation.csv", "extrapolation.png"),
+    "plan": ("plan.csv", "plan.png"),
 }
 
 
@@ -77,6 +78,13 @@ def record(out_dir, kind: str, runs: list[str], settings: dict, files) -> None:
     tmp = out / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, out / MANIFEST)
+
+
+def run_ids(points) -> list[str]:
+    """What identifies the analysed runs in analysis.json: run directories, else run names."""
+    if "run_dir" in points.columns and points["run_dir"].notna().all():
+        return sorted({str(Path(d).resolve()) for d in points["run_dir"]})
+    return sorted(set(points["run"].astype(str))) if "run" in points.columns else []
 
 
 def _plain(settings: dict) -> dict:

@@ -24,8 +24,6 @@ from analysis.stopping import with_stop_columns
 LEADERBOARD_COLUMNS = ["run", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi", "C_mid",
                        "C_mid_lo", "C_mid_hi", "R0", "n_points", "last_compute"]
 FORECAST_OPTIONS = FitOptions()   # the same bootstrap as `fit` and a sweep's end: every forecast has an interval
-AXIS_LABELS = {"compute": "training compute (FLOPs)", "device_hours": "device-hours",
-               "tokens": "generated tokens"}
 
 
 def _load(source, axis, metrics=(io.REWARD_KEY,), runs=None):
@@ -39,13 +37,6 @@ def _load(source, axis, metrics=(io.REWARD_KEY,), runs=None):
         raise io.InputError(f"no runs found in {source}: nothing to fit"
                             + ("" if isinstance(source, pd.DataFrame) else "; any earlier results are left as they were"))
     return points
-
-
-def _run_ids(points):
-    """What identifies the analysed runs in analysis.json: run directories, else run names."""
-    if "run_dir" in points.columns and points["run_dir"].notna().all():
-        return sorted({str(Path(d).resolve()) for d in points["run_dir"]})
-    return sorted(set(points["run"].astype(str))) if "run" in points.columns else []
 
 
 def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="compute", margin=MARGIN,
@@ -68,15 +59,14 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     points = _load(path, axis, tuple(metrics), runs)
     settings = {**asdict(options), "axis": axis, "margin": margin, "target_compute": target_compute, "plots": plots,
                 "metrics": list(metrics)}
-    outputs.claim(out, "fit", _run_ids(points), settings, quiet=quiet)
+    outputs.claim(out, "fit", outputs.run_ids(points), settings, quiet=quiet)
     fits = fit_runs(points, options)
     board = leaderboard(points, fits, options, margin=margin, target_compute=target_compute)
     board = with_stop_columns(board, io.read_stop_records(points))      # early-stopped runs: why, and the fit then
     written = [io.write_csv(board, out / "leaderboard.csv")]
     figures = []
-    is_dir = not isinstance(path, pd.DataFrame) and Path(path).is_dir()
     title = Path(str(path)).name if not isinstance(path, pd.DataFrame) else "sweep"
-    label = AXIS_LABELS.get(axis, axis) if is_dir else "compute"       # a CSV's unit is unknown
+    label = draw.axis_label(path, axis)
     if plots != "none":
         data = curves(points)
         figures.append(io.save_figure(draw.plot_overview(board, fits, data, title=title, axis_label=label),
@@ -88,7 +78,7 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
                 fig = draw.plot_run(fit, *data[run], title=run, axis_label=label, target_compute=target_compute)
                 written.append(io.save_figure(fig, out / f"run-{io.safe_name(run)}.png"))
     written += figures
-    outputs.record(out, "fit", _run_ids(points), settings, written)
+    outputs.record(out, "fit", outputs.run_ids(points), settings, written)
     if not quiet:
         print(format_leaderboard(board, axes=axis_columns(points)))
         n_run = len(written) - len(figures) - 1
@@ -118,12 +108,12 @@ def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS,
     out = Path(out_dir)
     points = _load(path, axis, tuple(metrics))
     settings = {**asdict(options), "axis": axis, "fraction": fraction, "n_final": n_final, "metrics": list(metrics)}
-    outputs.claim(out, "extrapolate", _run_ids(points), settings, quiet=quiet)
+    outputs.claim(out, "extrapolate", outputs.run_ids(points), settings, quiet=quiet)
     check = extrapolation_check(points, fraction, options, n_final=n_final)
     written = [io.write_csv(check.per_run, out / "extrapolation.csv")]
     if plots != "none":
         written.append(io.save_figure(draw.plot_extrapolation(check.per_run, check.aggregate), out / "extrapolation.png"))
-    outputs.record(out, "extrapolate", _run_ids(points), settings, written)
+    outputs.record(out, "extrapolate", outputs.run_ids(points), settings, written)
     if not quiet:
         print(check.report())
     return check

@@ -16,6 +16,7 @@ data) with the bootstrap band, and the predicted reward at the budget.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import matplotlib
@@ -23,10 +24,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import io
+from analysis import io, outputs
 from analysis.fit import FitOptions
 from analysis.models import sigmoid
-from analysis.plots import STYLE, colors, compute_span
+from analysis.plots import STYLE, axis_label, colors, compute_span
 from analysis.runs import axis_columns, curves, fit_runs, run_table, validate
 
 COLUMNS = ["arm", "runs", "n_seeds", "status", "pred", "pred_lo", "pred_hi", "p_best", "budget",
@@ -165,13 +166,18 @@ def analyze_plan(path, out_dir, budget, options: FitOptions = FitOptions(), *, a
     points = path.copy() if isinstance(path, pd.DataFrame) else io.read_points(path, axis=axis, metrics=tuple(metrics))
     if points.empty:
         raise io.InputError(f"no runs found in {path}: nothing to plan")
+    ids = outputs.run_ids(points)
+    settings = {**asdict(options), "axis": axis, "budget": float(budget), "metrics": list(metrics)}
+    outputs.claim(out, "plan", ids, settings, quiet=quiet)      # an other plan moves to previous/
     fits = fit_runs(points, options)
     table = plan(points, budget, options, fits=fits)
-    io.write_csv(table, out / "plan.csv")
+    written = [io.write_csv(table, out / "plan.csv")]
     if plots != "none":
         title = "sweep" if isinstance(path, pd.DataFrame) else Path(str(path)).name
-        io.save_figure(plot_plan(table, fits, curves(points), budget, title=title, level=options.level),
-                       out / "plan.png")
+        written.append(io.save_figure(plot_plan(table, fits, curves(points), budget, title=title,
+                                                level=options.level, axis_label=axis_label(path, axis)),
+                                      out / "plan.png"))
+    outputs.record(out, "plan", ids, settings, written)
     if not quiet:
         print(format_plan(table))
         print(f"\nwrote {out / 'plan.csv'}" + ("" if plots == "none" else f" and {out / 'plan.png'}"))

@@ -12,6 +12,8 @@ Drawing conventions, shared by all figures:
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
@@ -28,6 +30,15 @@ STYLE = {
     "xtick.labelsize": 9, "ytick.labelsize": 9, "lines.linewidth": 2.0,
 }
 GREY, BAD = "#8a8a8a", "#c0392b"
+AXIS_LABELS = {"compute": "training compute (FLOPs)", "device_hours": "training compute (device-hours)",
+               "tokens": "generated tokens", "wall_s": "wall-clock time (s)"}
+
+
+def axis_label(source, axis="compute"):
+    """The x-axis label with its unit: the trainer's unit for a sweep directory; a points CSV
+    or a DataFrame carries no unit, so the label says the values are the input's own."""
+    from_dir = isinstance(source, (str, Path)) and Path(source).is_dir()
+    return AXIS_LABELS.get(axis, axis) if from_dir else "compute (units of the input's compute column)"
 
 
 def colors(n):
