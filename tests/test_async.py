@@ -114,9 +114,7 @@ def test_weight_buckets_round_trip_across_dtypes_and_splits():
 def test_a_broken_connection_names_the_generator_whose_exit_shows_a_moment_later():
     # A SIGKILLed generator's sockets close before its exit can be collected: the trainer's
     # receive fails first. The error must still name the death, not a bare connection error.
-    import pickle
-
-    from scalerl.generation.transport import Hub
+    from scalerl.generation.transport import Hub, encode
 
     class ClosedGroup:
         def recv(self, *a):
@@ -125,7 +123,7 @@ def test_a_broken_connection_names_the_generator_whose_exit_shows_a_moment_later
     hub = Hub(1, timeout_s=30)
     try:
         hub._rollouts = ClosedGroup()
-        hub.store.set("done/0/3", pickle.dumps({"nbytes": 4}))
+        hub.signed.set("done/0/3", encode({"nbytes": 4}))
         looks = iter([None, None])  # the first two looks still see a live process
         hub.alive = lambda j: next(looks, "(pid 4242) exited with code -9")
         with pytest.raises(TransportError) as e:

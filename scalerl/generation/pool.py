@@ -20,7 +20,7 @@ import torch
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
-from scalerl.generation.transport import PROBE_TAG, Hub
+from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub, digest
 from scalerl.generation.weights import buckets, empty_buffers, pack, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
 
@@ -49,13 +49,15 @@ class GeneratorPool:
         return [p.pid for p in self.procs]
 
     def start(self) -> None:
-        self.hub = Hub(self.n, self.timeout_s)
+        self.hub = Hub(self.n, self.timeout_s, rollout_types=(Generation,))
         self.hub.alive = self._death
         for j in range(self.n):
             self.hub.put_spec(j, replace(self.spec, rank=j, device=self.devices[j]))
             self.procs.append(subprocess.Popen(
                 [sys.executable, *self.worker, self.hub.address, str(j), str(self.timeout_s)],
-                env={"TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ}))  # no C++ stack dumps when the trainer goes
+                # no C++ stack dumps when the trainer goes; the run's secret in the environment, which only
+                # this user can read (argv is world-readable)
+                env={"TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, SECRET_ENV: self.hub.secret.hex()}))
         self.hub.connect()
 
     def _death(self, j: int) -> str | None:
@@ -75,7 +77,7 @@ class GeneratorPool:
         t = time.perf_counter()
         self.settle()
         pack(state, self.buckets, self.bufs)
-        self.hub.send("push", {"version": version})
+        self.hub.send("push", {"version": version, "digest": digest(self.bufs)})
         self.pending = (self.hub.start_broadcast(self.bufs), f"pushing weights (version {version})")
         return time.perf_counter() - t
 

@@ -17,6 +17,21 @@ Why this transport:
   node, and several generator processes and trainer ranks on other nodes are
   where this has to go.
 
+Nothing received can run code, and nobody without the run's secret can speak:
+- The store listens on the address it was given only (``master_listen_fd``: TCPStore
+  would otherwise bind every interface).
+- Every value this module writes to the store is signed with HMAC-SHA256 under a
+  per-run secret (``Hub.secret``, 32 random bytes), bound to its key; a reader refuses
+  a value whose signature does not verify and fails with a ``TransportError``. A
+  generator gets the secret in its environment (``SECRET_ENV``; readable by its own
+  user only, never in argv or a file), so a client that can reach the port but lacks
+  the secret can neither order work, announce weights nor report rollouts.
+- Messages, rollouts and the start-up spec travel as JSON plus raw tensor bytes
+  (``encode``/``decode``), never pickle; ``decode`` builds only the dataclasses and
+  functions its caller names. The bulk data on the gloo groups is checked against a
+  BLAKE2b digest carried in its signed header (a peer that raced gloo's unsigned
+  rendezvous keys could otherwise feed a rollout or weights of its own).
+
 No silent hang: every wait has a deadline (``timeout_s``) and fails with a
 ``TransportError`` naming the stage. The trainer also fails fast when a
 generator reports an error or its process exits; a generator fails when the
@@ -26,8 +41,17 @@ Waits poll ``store.check`` (about 30 µs) with a short back-off: a timed-out
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
-import pickle
+import enum
+import functools
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import struct
 import time
 from typing import Callable, Optional, Sequence
 
@@ -36,6 +60,8 @@ import torch.distributed as dist
 
 PROBE_TAG = 1 << 30
 """Gloo tags of probe replies start here; rollout tags are their step number."""
+SECRET_ENV = "SCALERL_TRANSPORT_SECRET"
+"""The environment variable that hands a generator process the run's secret (hex)."""
 
 
 class TransportError(RuntimeError):
@@ -46,12 +72,171 @@ def _td(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
-def _group(store, name: str, rank: int, size: int, timeout_s: float):
-    return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, _td(timeout_s))
+def _group(store, name: str, rank: int, size: int, timeout_s: float, host: str):
+    """A gloo group whose sockets listen on ``host`` only (gloo's default device binds every interface)."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = _td(timeout_s)
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
+    return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, opts)
+
+
+# ----------------------------------------------------------------- the wire format
+def encode(obj) -> bytes:
+    """``obj`` as 8-byte header length, JSON header, raw tensor bytes. Handles None, bools,
+    numbers, strings, lists, tuples, dicts, tensors (CPU), enums, dataclass instances and
+    ``functools.partial`` of module-level functions; ``decode`` rebuilds only the classes
+    and functions its caller allows."""
+    blobs: list[bytes] = []
+
+    def enc(v):
+        if v is None or type(v) in (bool, int, float, str):
+            return v
+        if isinstance(v, torch.Tensor):
+            t = v.detach().cpu().contiguous()
+            blobs.append(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            return {"__tensor": [len(blobs) - 1, str(t.dtype).removeprefix("torch."), list(t.shape)]}
+        if isinstance(v, enum.Enum):
+            return {"__enum": [type(v).__name__, enc(v.value)]}
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {"__dc": [type(v).__name__, {f.name: enc(getattr(v, f.name)) for f in dataclasses.fields(v)}]}
+        if isinstance(v, functools.partial):
+            return {"__fn": [_fn_name(v.func), [enc(a) for a in v.args], {k: enc(x) for k, x in v.keywords.items()}]}
+        if isinstance(v, (list, tuple)):
+            return [enc(x) for x in v] if isinstance(v, list) else {"__tuple": [enc(x) for x in v]}
+        if isinstance(v, dict):
+            return {"__dict": [[enc(k), enc(x)] for k, x in v.items()]}
+        for atom in (bool, int, float, str):  # subclasses (numpy scalars) as the plain value
+            if isinstance(v, atom):
+                return atom(v)
+        raise TypeError(f"the transport carries plain data, tensors and dataclasses, not a {type(v).__name__}")
+
+    header = json.dumps([enc(obj), [len(b) for b in blobs]]).encode()
+    return b"".join([struct.pack("<Q", len(header)), header, *blobs])
+
+
+def decode(data: bytes, types: Sequence[type] = (), functions: Sequence[Callable] = ()):
+    """``encode``'s bytes back to objects, building only the dataclasses and enums in ``types``
+    and the functions in ``functions``; anything else is refused (``TransportError``)."""
+    classes = {c.__name__: c for c in types}
+    fns = {_fn_name(f): f for f in functions}
+    try:
+        (n,) = struct.unpack_from("<Q", data)
+        tree, sizes = json.loads(bytes(data[8:8 + n]))
+        offsets, at = [], 8 + n
+        for size in sizes:
+            offsets.append(at)
+            at += size
+        if at != len(data):
+            raise ValueError(f"{len(data)} bytes, the header describes {at}")
+    except (struct.error, ValueError, TypeError) as e:
+        raise TransportError(f"refused a malformed message ({e})") from None
+
+    def dec(v):
+        if not isinstance(v, (list, dict)):
+            return v
+        if isinstance(v, list):
+            return [dec(x) for x in v]
+        (tag, body), = v.items()
+        if tag == "__tensor":
+            i, dtype, shape = body
+            dt = getattr(torch, dtype, None)
+            if not isinstance(dt, torch.dtype):
+                raise TransportError(f"refused a tensor of dtype {dtype!r}")
+            if not sizes[i]:
+                return torch.empty(shape, dtype=dt)
+            raw = torch.frombuffer(bytearray(data[offsets[i]:offsets[i] + sizes[i]]), dtype=torch.uint8)
+            return raw.view(dt).reshape(shape)
+        if tag == "__tuple":
+            return tuple(dec(x) for x in body)
+        if tag == "__dict":
+            return {dec(k): dec(x) for k, x in body}
+        if tag in ("__dc", "__enum"):
+            name, fields = body
+            cls = classes.get(name)
+            if cls is None:
+                raise TransportError(f"refused a {name}: not a type this message may carry")
+            if tag == "__enum":
+                return cls(dec(fields))
+            obj = cls.__new__(cls)  # no __init__/__post_init__: nothing of the sender's runs here
+            for k, x in fields.items():
+                if k not in {f.name for f in dataclasses.fields(cls)}:
+                    raise TransportError(f"refused a {name} with an unknown field {k!r}")
+                object.__setattr__(obj, k, dec(x))
+            return obj
+        if tag == "__fn":
+            name, args, kw = body
+            if name not in fns:
+                raise TransportError(f"refused the function {name}: not one this message may name")
+            return functools.partial(fns[name], *map(dec, args), **{k: dec(x) for k, x in kw.items()})
+        raise TransportError(f"refused a message with the tag {tag!r}")
+
+    return dec(tree)
+
+
+def _fn_name(fn: Callable) -> str:
+    return f"{fn.__module__}:{fn.__qualname__}"
 
 
 def to_bytes_tensor(obj) -> torch.Tensor:
-    return torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)
+    return torch.frombuffer(bytearray(encode(obj)), dtype=torch.uint8)
+
+
+def digest(bufs: Sequence[torch.Tensor]) -> str:
+    """BLAKE2b of tensors' bytes (the check on what the gloo groups carried)."""
+    h = hashlib.blake2b(digest_size=16)
+    for b in bufs:
+        h.update(b.detach().contiguous().view(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+class Signed:
+    """The store with every value signed (HMAC-SHA256 under the run's secret, bound to its key)."""
+
+    def __init__(self, store, secret: bytes):
+        self.raw, self._secret = store, secret
+
+    def _mac(self, key: str, value: bytes) -> bytes:
+        return hmac.new(self._secret, key.encode() + b"\0" + value, hashlib.sha256).digest()
+
+    def set(self, key: str, value: bytes) -> None:
+        self.raw.set(key, self._mac(key, value) + value)
+
+    def get(self, key: str) -> bytes:
+        data = self.raw.get(key)
+        mac, value = data[:32], data[32:]
+        if not hmac.compare_digest(mac, self._mac(key, value)):
+            raise TransportError(f"refused {key!r}: not signed with this run's secret (a client without it "
+                                 "wrote to the store's port)")
+        return value
+
+    def check(self, keys: Sequence[str]) -> bool:
+        return self.raw.check(list(keys))
+
+    def delete_key(self, key: str) -> bool:
+        return self.raw.delete_key(key)
+
+
+def secret_from_env() -> bytes:
+    """A generator's copy of the run's secret (removed from the environment its children inherit)."""
+    text = os.environ.pop(SECRET_ENV, "")
+    if len(text) != 64:
+        raise TransportError(f"no run secret in ${SECRET_ENV}: a generator is started by its trainer's pool, "
+                             "which passes it")
+    return bytes.fromhex(text)
+
+
+def _listen(host: str) -> socket.socket:
+    """A listening socket on ``host`` only, any free port (the store's ``master_listen_fd``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, 0), family=family, backlog=128)
+
+
+def _local_address(host: str, port: int) -> str:
+    """This machine's address on the route to ``host`` (where a generator's gloo sockets listen)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((host, port))
+        return s.getsockname()[0]
 
 
 def poll_until(ready: Callable[[], bool], *, timeout_s: float, stage: str, health: Callable[[str], None] = lambda s: None,
@@ -75,9 +260,16 @@ def poll_until(ready: Callable[[], bool], *, timeout_s: float, stage: str, healt
 class Hub:
     """The trainer's end: hosts the store, sends control messages and weights, receives rollouts."""
 
-    def __init__(self, n_generators: int, timeout_s: float, host: str = "127.0.0.1"):
+    def __init__(self, n_generators: int, timeout_s: float, host: str = "127.0.0.1", rollout_types: Sequence[type] = ()):
         self.n, self.timeout_s, self.host = n_generators, timeout_s, host
-        self.store = dist.TCPStore(host, 0, None, True, _td(timeout_s), wait_for_workers=False)
+        self.secret = secrets.token_bytes(32)
+        """The run's secret: give it to generators through ``SECRET_ENV``, never argv or a file."""
+        self.rollout_types = tuple(rollout_types)
+        """The dataclasses a rollout or probe reply may hold (``decode``)."""
+        self._sock = _listen(host)
+        self.store = dist.TCPStore(host, self._sock.getsockname()[1], None, True, _td(timeout_s),
+                                   wait_for_workers=False, master_listen_fd=self._sock.fileno())
+        self.signed = Signed(self.store, self.secret)
         self.seq = 0  # control messages sent
         self.forgotten = 0  # control messages every generator has read, deleted from the store
         self.alive: Callable[[int], Optional[str]] = lambda j: None
@@ -90,27 +282,29 @@ class Hub:
 
     # ---------------------------------------------------------------- start-up
     def put_spec(self, j: int, spec) -> None:
-        self.store.set(f"spec/{j}", pickle.dumps(spec))
+        self.signed.set(f"spec/{j}", encode(spec))
 
     def connect(self) -> None:
         """Wait until every generator has loaded its model, then join the two process groups."""
         keys = [f"ready/{j}" for j in range(self.n)]
         self.wait(lambda: self.store.check(keys), "start-up: waiting for the generator processes to load their models")
+        for k in keys:
+            self.signed.get(k)  # a ready mark planted by a client without the secret is refused here
         # Every generator is up and joining: the groups' own rendezvous is now quick.
-        self._rollouts = _group(self.store, "rollouts", 0, self.n + 1, self.timeout_s)
-        self._weights = _group(self.store, "weights", 0, self.n + 1, self.timeout_s)
+        self._rollouts = _group(self.store, "rollouts", 0, self.n + 1, self.timeout_s, self.host)
+        self._weights = _group(self.store, "weights", 0, self.n + 1, self.timeout_s, self.host)
 
     # ------------------------------------------------------------ control flow
     def send(self, kind: str, payload=None) -> None:
         """Append one message to the control stream every generator reads in order."""
-        self.store.set(f"ctl/{self.seq}", pickle.dumps((kind, payload)))
+        self.signed.set(f"ctl/{self.seq}", encode([kind, payload]))
         self.seq += 1
         if self.seq % 64 == 0:
             self._forget_read_messages()
 
     def _forget_read_messages(self) -> None:
         """Delete the messages every generator has read (a long run would otherwise keep every order)."""
-        acks = [self.store.get(f"ack/{j}") if self.store.check([f"ack/{j}"]) else b"0" for j in range(self.n)]
+        acks = [self.signed.get(f"ack/{j}") if self.store.check([f"ack/{j}"]) else b"0" for j in range(self.n)]
         upto = min(int(a) for a in acks)
         for k in range(self.forgotten, upto):
             self.store.delete_key(f"ctl/{k}")
@@ -123,7 +317,7 @@ class Hub:
         """Raise if a generator reported an error or its process is gone."""
         for j in range(self.n):
             if self.store.check([f"error/{j}"]):
-                raise TransportError(f"{stage}: generator {j} failed: {self.store.get(f'error/{j}').decode()}")
+                raise TransportError(f"{stage}: generator {j} failed: {self.signed.get(f'error/{j}').decode()}")
             death = self.alive(j)
             if death:
                 raise TransportError(f"{stage}: generator {j} {death}")
@@ -140,16 +334,21 @@ class Hub:
             self.health(stage)
 
     def has(self, keys: Sequence[str]) -> bool:
-        return self.store.check(list(keys))
+        """Whether every key is there, signed by a peer with the secret (a planted one raises)."""
+        if not self.store.check(list(keys)):
+            return False
+        for k in keys:
+            self.signed.get(k)
+        return True
 
     def state(self, j: int) -> str:
-        return self.store.get(f"state/{j}").decode() if self.store.check([f"state/{j}"]) else "not started"
+        return self.signed.get(f"state/{j}").decode() if self.store.check([f"state/{j}"]) else "not started"
 
     # ------------------------------------------------------------------- bulk
     def recv(self, j: int, key: str, tag: int, stage: str):
-        """Wait for generator j's ``key`` header, then receive and unpickle its payload."""
+        """Wait for generator j's ``key`` header, then receive its payload and check it against the header."""
         self.wait(lambda: self.store.check([key]), f"{stage} (generator {j} is {self.state(j)!r})")
-        header = pickle.loads(self.store.get(key))
+        header = decode(self.signed.get(key))
         buf = torch.empty(header["nbytes"], dtype=torch.uint8)
         try:
             self._rollouts.recv([buf], j + 1, tag).wait(_td(self.timeout_s))
@@ -157,7 +356,9 @@ class Hub:
             self.explain(stage)
             raise TransportError(f"{stage}: receiving from generator {j} failed: {e}") from None
         self.store.delete_key(key)
-        return header, pickle.loads(buf.numpy().tobytes())
+        if digest([buf]) != header.get("digest"):
+            raise TransportError(f"{stage}: refused generator {j}'s payload: it does not match its signed header")
+        return header, decode(buf.numpy().tobytes(), self.rollout_types)
 
     def start_broadcast(self, bufs: Sequence[torch.Tensor]) -> list:
         """Start sending ``bufs`` to every generator; returns the pending works (see ``finish``)."""
@@ -177,56 +378,66 @@ class Hub:
     def close(self) -> None:
         _abort(self._rollouts, self._weights)
         self._rollouts = self._weights = None
+        self._sock.close()
 
 
 class Spoke:
     """A generator's end: reads the control stream, receives weights, sends rollouts."""
 
-    def __init__(self, address: str, j: int, timeout_s: float):
+    def __init__(self, address: str, j: int, timeout_s: float, secret: bytes,
+                 message_types: Sequence[type] = (), functions: Sequence[Callable] = ()):
+        """``message_types``/``functions``: what the spec and control messages may hold (``decode``)."""
         host, port = address.rsplit(":", 1)
         self.j, self.timeout_s, self.seq = j, timeout_s, 0
+        self.types, self.functions = tuple(message_types), tuple(functions)
         self.store = dist.TCPStore(host, int(port), None, False, _td(timeout_s))
+        self.signed = Signed(self.store, secret)
+        self.local = _local_address(host, int(port))
         self._rollouts = self._weights = None
         self._sends: list = []  # (work, buffer): a gloo send completes once the trainer receives
 
     def spec(self):
-        return pickle.loads(self.store.get(f"spec/{self.j}"))
+        return decode(self.signed.get(f"spec/{self.j}"), self.types, self.functions)
 
     def connect(self, n: int) -> None:
-        self.store.set(f"ready/{self.j}", b"1")
-        self._rollouts = _group(self.store, "rollouts", self.j + 1, n + 1, self.timeout_s)
-        self._weights = _group(self.store, "weights", self.j + 1, n + 1, self.timeout_s)
+        self.signed.set(f"ready/{self.j}", b"1")
+        self._rollouts = _group(self.store, "rollouts", self.j + 1, n + 1, self.timeout_s, self.local)
+        self._weights = _group(self.store, "weights", self.j + 1, n + 1, self.timeout_s, self.local)
 
     def poll(self):
-        """The next control message, or None if the trainer has not sent it yet (non-blocking)."""
+        """The next control message, or None if the trainer has not sent it yet (non-blocking).
+        A message not signed with the run's secret raises ``TransportError``."""
         key = f"ctl/{self.seq}"
         if not self.store.check([key]):
             return None
-        msg = pickle.loads(self.store.get(key))
+        msg = decode(self.signed.get(key), self.types, self.functions)
         self.seq += 1
-        self.store.set(f"ack/{self.j}", str(self.seq).encode())
+        self.signed.set(f"ack/{self.j}", str(self.seq).encode())
         return msg
 
     def set_state(self, text: str) -> None:
-        self.store.set(f"state/{self.j}", text.encode())
+        self.signed.set(f"state/{self.j}", text.encode())
 
     def mark_blocked(self, version: int) -> None:
         """Tell the trainer: nothing more can be done here until ``version`` arrives."""
-        self.store.set(f"blocked/{self.j}/{version}", b"")
+        self.signed.set(f"blocked/{self.j}/{version}", b"")
 
     def send(self, key: str, tag: int, header: dict, obj) -> None:
         buf = to_bytes_tensor(obj)
         self._sends.append((self._rollouts.send([buf], 0, tag), buf))
-        self.store.set(key, pickle.dumps({**header, "nbytes": buf.numel()}))
+        self.signed.set(key, encode({**header, "nbytes": buf.numel(), "digest": digest([buf])}))
         while len(self._sends) > 64:  # bound the buffers held for the trainer
             work, _ = self._sends.pop(0)
             work.wait(_td(self.timeout_s))
 
-    def recv_broadcast(self, bufs: Sequence[torch.Tensor]) -> None:
+    def recv_broadcast(self, bufs: Sequence[torch.Tensor], expected: str) -> None:
+        """Receive the trainer's weights into ``bufs``; ``expected``: their digest, from the signed push."""
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.timeout = 0, _td(self.timeout_s)
         for b in bufs:
             self._weights.broadcast([b], opts).wait(_td(self.timeout_s))
+        if digest(bufs) != expected:
+            raise TransportError("refused a weight push: the bytes received do not match the trainer's signed digest")
 
     def close(self) -> None:
         """Abort the process groups: sends the trainer will never receive (it stopped first) must
@@ -237,7 +448,7 @@ class Spoke:
 
     def report_error(self, text: str) -> None:
         try:
-            self.store.set(f"error/{self.j}", text.encode()[-4000:])
+            self.signed.set(f"error/{self.j}", text.encode()[-4000:])
         except Exception:  # the trainer is gone too: nobody to tell
             pass
 

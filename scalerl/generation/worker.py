@@ -44,7 +44,7 @@ import torch
 from scalerl.generation import GENERATORS
 from scalerl.generation.base import EngineContext
 from scalerl.generation.interface import SamplingParams
-from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
+from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until, secret_from_env
 from scalerl.generation.weights import TensorSpec, buckets, empty_buffers, unpack
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, positions_from_mask
@@ -91,6 +91,15 @@ class _Stopped(Exception):
     pass
 
 
+def wire_types() -> tuple[tuple[type, ...], tuple[Callable, ...]]:
+    """What the spec and control messages may hold (``transport.decode`` builds nothing else):
+    this module's dataclasses, the options' config schemas, and the precision axis's functions."""
+    from scalerl.precision import PRECISIONS
+
+    schemas = [o.schema for o in (*GENERATORS.values(), *PRECISIONS.values())]
+    return (WorkerSpec, TensorSpec, Shard, SamplingParams, *schemas), tuple(o.fn for o in PRECISIONS.values())
+
+
 class GeneratorServer:
     def __init__(self, spoke: Spoke, spec: WorkerSpec):
         self.spoke, self.spec = spoke, spec
@@ -114,7 +123,7 @@ class GeneratorServer:
                                              payload["shards"][self.spec.rank]))
             elif kind == "push":
                 t = time.monotonic()
-                self.spoke.recv_broadcast(self.bufs)
+                self.spoke.recv_broadcast(self.bufs, payload["digest"])
                 self.generator.load_weights(unpack(self.buckets, self.bufs), payload["version"])
                 self.version = payload["version"]
                 self.push_s += time.monotonic() - t
@@ -226,7 +235,8 @@ def main(argv: list[str], server_cls: type[GeneratorServer] = GeneratorServer) -
     address, rank, timeout_s = argv[0], int(argv[1]), float(argv[2])
     spoke = None
     try:
-        spoke = Spoke(address, rank, timeout_s)
+        types, functions = wire_types()
+        spoke = Spoke(address, rank, timeout_s, secret_from_env(), message_types=types, functions=functions)
         spec = spoke.spec()
         server = server_cls(spoke, spec)
         spoke.connect(spec.n_generators)
