@@ -94,6 +94,7 @@ class TwinDist:
         return x * 2
 
 
+@pytest.mark.slow
 def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
     """Bug: a rank whose share of the kept groups is smaller than batch.minibatches got an empty
     minibatch, its metrics dict was empty and the merge raised KeyError ('entropy')."""
@@ -212,6 +213,7 @@ def test_two_rank_run_with_the_default_filter_finishes_hundreds_of_steps(tmp_pat
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "done"
 
 
+@pytest.mark.slow
 def test_ppo_off_policy_on_two_ranks_checkpoints_at_phase_boundaries(tmp_path):
     """Batches generated ahead do not fit a sharded checkpoint's JSON state: a 2-rank
     ppo_off_policy run skips the checkpoints that fall inside a phase (step 3 of k=2 phases)
@@ -229,3 +231,25 @@ def test_a_sweep_under_torchrun_is_refused_with_a_clear_error(tmp_path):
     proc = torchrun(["-m", "loss=cispo,dapo", "logger=none"], tmp_path / "x", check=False, timeout=300)
     assert proc.returncode != 0
     assert "torchrun starts the ranks of one run" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_micro_batches_on_two_ranks_reproduce_one_forward_on_one_rank(tiny_cfg, tmp_path):
+    """``train.micro_batch_tokens`` on 2 ranks (rows bucketed into micro-batches of at most 24
+    padded tokens, ranks padding to the same micro-batch count), with per-layer activation
+    checkpointing under FSDP2 and the meta-device, unit-by-unit load, against one forward per
+    minibatch on 1 rank: the same samples, losses and weights to float rounding."""
+    steps = 4
+    args = [*TINY, f"train.steps={steps}", f"train.eval_every={steps}", "train.export_policy=true"]
+    one = tmp_path / "one"
+    train(tiny_cfg(*args), one, run_name="one", group="test", config_dict={})
+    torchrun([*args, "train.micro_batch_tokens=24", "model.activation_checkpointing=true"], tmp_path / "two")
+    sa, sb = read_rows(one / "steps.jsonl"), read_rows(tmp_path / "two" / "steps.jsonl")
+    assert [r["step"] for r in sa] == [r["step"] for r in sb] == list(range(1, steps + 1))
+    for ra, rb in zip(sa, sb):
+        assert {k: ra[k] for k in COMPARED} == {k: rb[k] for k in COMPARED}, ra["step"]
+        assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4, abs=1e-6)
+        assert ra["grad_norm"] == pytest.approx(rb["grad_norm"], rel=1e-4)
+    wa, wb = weights(one), weights(tmp_path / "two")
+    worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
+    assert worst < 1e-5, worst
