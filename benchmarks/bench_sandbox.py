@@ -12,6 +12,13 @@ inside it.
 Arms, A-B-A so load drift shows: namespaces (bubblewrap), process (the fallback), and the
 baseline: no isolation at all, one bare `python -c` per test (what a naive grader does),
 with the same number of parallel workers. Nothing here is a test.
+
+    python benchmarks/bench_sandbox.py --against /tmp/head   # this checkout's sandbox against another's
+
+``--against DIR`` (a checkout, e.g. ``git archive HEAD | tar -x -C DIR``) compares the two
+sandboxes' namespaces backends alone, interleaved A-B six times in one process, so both see
+the same load; each grades the same jobs through its own ``Sandbox.map`` and this
+checkout's ``passed``.
 """
 from __future__ import annotations
 
@@ -42,7 +49,8 @@ def completions(n):
 
 def sandboxed(data_path, isolation, workers, python):
     cfg = CodeConfig(name="code", path=str(data_path), n_heldout=1,
-                     sandbox=SandboxConfig(isolation=isolation, workers=workers, python=python))
+                     sandbox=SandboxConfig(isolation=isolation, workers=workers, python=python,
+                                           unsafe_process_isolation=isolation == "process"))
     task = build_code(cfg)
     problem = task.train[0]
     return lambda texts: task.score(texts, [problem] * len(texts)).correct
@@ -63,6 +71,38 @@ def bare(workers, python):
     return grade
 
 
+def against(other: Path, workers: int, completions: int, rounds: int = 6) -> None:
+    """This checkout's namespaces sandbox against ``other``'s, interleaved in one process."""
+    import importlib.util
+
+    from scalerl.tasks.code import parse_tests, passed
+    from scalerl.tasks.sandbox import Job, Sandbox
+
+    spec = importlib.util.spec_from_file_location("other_runner", other / "scalerl/tasks/sandbox/runner.py")
+    theirs = importlib.util.module_from_spec(spec)
+    sys.modules["other_runner"] = theirs  # dataclasses look their module up
+    spec.loader.exec_module(theirs)  # its own harness.py; this checkout's SandboxConfig (a superset)
+    tests = parse_tests(json.dumps(TESTS))
+    jobs = [Job(PROGRAMS[i % len(PROGRAMS)], tests.style, tests.inputs) for i in range(completions)]
+    expected = [i % len(PROGRAMS) < 2 for i in range(completions)]
+    cfg = SandboxConfig(isolation="namespaces", workers=workers)
+    arms = {f"namespaces ({other})": theirs.Sandbox(cfg), "namespaces (this checkout)": Sandbox(cfg)}
+    times = {k: [] for k in arms}
+    for _ in range(rounds):
+        for name, sb in arms.items():
+            t0 = time.perf_counter()
+            got = [all(passed(tests, r.tests)) for r in sb.map(jobs)]
+            times[name].append(time.perf_counter() - t0)
+            assert got == expected, f"{name} graded wrongly"
+    print(f"{platform.node()}: {os.cpu_count()} cores, {workers} workers, {completions} completions x "
+          f"{len(TESTS)} tests, {rounds} interleaved rounds")
+    rates = {k: completions / (sum(ts) / len(ts)) for k, ts in times.items()}
+    for name, ts in times.items():
+        print(f"{name:40s} {rates[name]:7.1f} rewards/s  (runs {', '.join(f'{t:.2f}s' for t in ts)})")
+    a, b = rates.values()
+    print(f"this checkout / other: {b / a:.2f}x")
+
+
 def timed(fn, texts):
     t0 = time.perf_counter()
     out = fn(texts)
@@ -75,7 +115,11 @@ def main(argv=None):
     ap.add_argument("--completions", type=int, default=96)
     ap.add_argument("--python", default="", help="interpreter in the sandbox (process isolation as root needs a "
                                                  "world-readable one, e.g. /usr/bin/python3)")
+    ap.add_argument("--against", type=Path, default=None, help="another checkout: compare its namespaces "
+                                                               "sandbox with this one's, interleaved")
     args = ap.parse_args(argv)
+    if args.against is not None:
+        return against(args.against, args.workers, args.completions)
     texts = completions(args.completions)
     expected = [i % len(PROGRAMS) < 2 for i in range(args.completions)]
     with tempfile.TemporaryDirectory() as d:
