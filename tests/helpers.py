@@ -53,14 +53,20 @@ def wait_for(predicate, timeout: float = 300, what: str = "condition", proc=None
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _cli_in_child(args: list[str], env: dict, log: str) -> None:
-    """Target of ``ForkedCli``: the entry point of ``python -m scalerl.sweep``, output to ``log``."""
+def _cli_in_child(args: list[str], env: dict, log: str, err_log: str | None = None, whole_env: bool = False) -> None:
+    """Target of ``ForkedCli``: the entry point of ``python -m scalerl.sweep``, output to ``log``
+    (stderr to ``err_log`` when given). ``whole_env``: ``env`` is the whole environment, as a
+    subprocess would get it, not additions to the server's."""
     os.environ.pop("SCALERL_FAILPOINT", None)
+    if whole_env:
+        os.environ.clear()
     os.environ.update(env)
+    os.chdir(REPO)
     out = open(log, "a", buffering=1)
+    err = open(err_log, "a", buffering=1) if err_log else out
     os.dup2(out.fileno(), 1)
-    os.dup2(out.fileno(), 2)
-    sys.stdout = sys.stderr = out
+    os.dup2(err.fileno(), 2)
+    sys.stdout, sys.stderr = out, err
     from scalerl.launch.app import main
 
     main(list(args))
@@ -94,6 +100,41 @@ class ForkedCli:
             proc.kill()
             raise AssertionError(f"scalerl.sweep {args} did not finish in {timeout} s; log {log}")
         return proc.exitcode
+
+
+_FORKED: ForkedCli | None = None
+
+
+def forked_cli() -> ForkedCli:
+    """The session's one ``ForkedCli`` (its server imports once, at the first call)."""
+    global _FORKED
+    if _FORKED is None:
+        _FORKED = ForkedCli()
+    return _FORKED
+
+
+def cli(args: list[str], out_root: Path, timeout: int = 600, extra_env: dict | None = None, check: bool = True):
+    """``run_cli`` without a fresh interpreter: the same entry point, arguments, environment,
+    working directory, exit code and separate stdout/stderr, in a process forked from
+    ``forked_cli()``'s server, so it skips ~5 s of imports. Not for tests that check what a
+    fresh interpreter imports (``--help`` staying light): those keep ``run_cli``."""
+    import tempfile
+
+    env = {**os.environ, "SCALERL_OUTPUT": str(out_root), "SCALERL_NO_BAR": "1", **(extra_env or {})}
+    with tempfile.TemporaryDirectory() as logs:
+        out, err = Path(logs) / "stdout", Path(logs) / "stderr"
+        proc = forked_cli().ctx.Process(target=_cli_in_child, args=(list(args), env, str(out), str(err), True))
+        proc.start()
+        proc.join(timeout)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+            raise AssertionError(f"scalerl.sweep {args} did not finish in {timeout} s:\n{out.read_text()[-4000:]}")
+        done = subprocess.CompletedProcess(["scalerl.sweep", *args], proc.exitcode,
+                                           out.read_text() if out.exists() else "", err.read_text() if err.exists() else "")
+    if check and done.returncode != 0:
+        raise AssertionError(f"scalerl.sweep {args} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return done
 
 # metrics.jsonl / steps.jsonl fields that depend on the wall clock: left out when runs are compared
 VOLATILE = ("wall_s", "device_hours", "tokens_per_s", "step_time_s", "samples_per_s", "trainer_idle_frac",

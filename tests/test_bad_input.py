@@ -3,7 +3,7 @@ Hydra traceback), exit code 2, and no run directory left behind; for one run and
 from __future__ import annotations
 
 import pytest
-from helpers import run_cli
+from helpers import cli as run_cli  # cli: the entry point in a forked process, without re-importing scalerl
 
 from scalerl.config import ConfigError, compose, validate
 

@@ -1,12 +1,14 @@
-"""End-to-end through the CLI: resume after kill, multirun, relaunch, failures,
-W&B offline, and every recipe preset."""
+"""End-to-end through the CLI: resume after kill, multirun, relaunch, failures and W&B
+offline. The launches go through ``helpers.cli`` (the entry point in a process forked from a
+server that imported scalerl once) except those a signal interrupts, which are subprocesses;
+every recipe preset trains through ``train()`` in-process."""
 import signal
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from helpers import VOLATILE, popen_cli, read_rows, run_cli, wait_for
+from helpers import REPO, VOLATILE, cli, popen_cli, read_rows, wait_for
 
 pytestmark = pytest.mark.slow
 SHORT = ["train.steps=30", "train.eval_every=5", "train.threads=1", "logger=none", "async=sync"]  # sync: bit-reproducible
@@ -23,7 +25,7 @@ def stable(rows):
 
 def test_kill_and_resume_loses_and_duplicates_no_eval_point(tmp_path):
     ref_out, out = tmp_path / "ref", tmp_path / "int"
-    run_cli(SHORT, ref_out)
+    cli(SHORT, ref_out)
     ref = read_rows(only_run(ref_out) / "metrics.jsonl")
     assert [r["step"] for r in ref] == [0, 5, 10, 15, 20, 25, 30]
 
@@ -43,19 +45,19 @@ def test_kill_and_resume_loses_and_duplicates_no_eval_point(tmp_path):
     p.kill()
     p.wait(timeout=60)
     # 3) Finish with the same command.
-    proc = run_cli(SHORT, out)
+    proc = cli(SHORT, out)
     assert "resuming" in proc.stdout
     got = read_rows(run_dir / "metrics.jsonl")
     assert [r["step"] for r in got] == [0, 5, 10, 15, 20, 25, 30]  # none lost, none duplicated
     assert stable(got) == stable(ref)  # and bit-identical to the uninterrupted run
     # A finished run is skipped by a relaunch.
-    again = run_cli(SHORT, out)
+    again = cli(SHORT, out)
     assert "already finished" in again.stdout and len(read_rows(run_dir / "metrics.jsonl")) == 7
 
 
 def test_multirun_of_two_arms_then_relaunch_skips(tmp_path):
     args = ["-m", "loss=cispo,dapo", "train.steps=4", "train.eval_every=2", "logger=none"]
-    run_cli(args, tmp_path)
+    cli(args, tmp_path)
     sweep = tmp_path / "sweeps" / "loss=cispo,dapo+train.eval_every=2+train.steps=4"   # named from its overrides
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.startswith("loss="))
     assert [p.name.split(",")[0] for p in runs] == ["loss=cispo", "loss=dapo"]
@@ -67,10 +69,10 @@ def test_multirun_of_two_arms_then_relaunch_skips(tmp_path):
     assert {"run", "rank", "status", "A", "A_lo", "A_hi", "B", "C_mid", "R0", "loss", "loss_clamp"} <= set(board.columns)
     assert set(board["loss"]) == {"cispo", "dapo"}
     mtimes = {p: (p / "metrics.jsonl").stat().st_mtime for p in runs}
-    again = run_cli(args, tmp_path)
+    again = cli(args, tmp_path)
     assert "launching 0 arm(s); 2 already done" in again.stdout
     assert mtimes == {p: (p / "metrics.jsonl").stat().st_mtime for p in runs}
-    status = run_cli([*args, "--status"], tmp_path)
+    status = cli([*args, "--status"], tmp_path)
     assert status.stdout.count("done") >= 2 and "launching" not in status.stdout
 
 
@@ -81,12 +83,12 @@ def test_failed_arm_is_reported_and_only_it_reruns(tmp_path):
         {"overrides": ["loss=dapo", "train.device=cuda"]},  # no GPU here: fails at start-up
     ]}))
     args = ["-m", f"sweep={study}", "train.steps=2", "train.eval_every=2", "logger=none"]
-    first = run_cli(args, tmp_path / "out", check=False)
+    first = cli(args, tmp_path / "out", check=False)
     assert first.returncode == 1
     assert "FAILED" in first.stdout and "train.device" in first.stdout and "log:" in first.stdout
     board = pd.read_csv(tmp_path / "out" / "sweeps" / "mixed+train.eval_every=2+train.steps=2" / "leaderboard.csv")
     assert sorted(board["status"].str.contains("failed")) == [False, True]
-    second = run_cli(args, tmp_path / "out", check=False)
+    second = cli(args, tmp_path / "out", check=False)
     assert "launching 1 arm(s); 1 already done" in second.stdout
 
 
@@ -97,7 +99,7 @@ def test_wandb_offline_run_keeps_its_id_across_a_resume(tmp_path):
              what="2 eval rows", proc=p)
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=120) == 0
-    run_cli(args, tmp_path)
+    cli(args, tmp_path)
     run_dir = only_run(tmp_path)
     run_id = (run_dir / "wandb_id").read_text().strip()
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
@@ -107,10 +109,16 @@ def test_wandb_offline_run_keeps_its_id_across_a_resume(tmp_path):
 
 
 def test_every_recipe_runs_end_to_end(tmp_path):
-    run_cli(["-m", "sweep=recipes", "train.steps=3", "train.eval_every=3", "logger=none"], tmp_path)
-    runs = [p for p in (tmp_path / "sweeps" / "recipes+train.eval_every=3+train.steps=3").iterdir() if p.is_dir()]
-    recipes = {yaml.safe_load((p / "config.yaml").read_text())["recipe"] for p in runs}
-    assert recipes == {"scalerl", "deepseek_grpo", "qwen_dapo", "magistral", "minimax"}
-    for p in runs:
-        assert yaml.safe_load((p / "summary.json").read_text())["status"] == "done"
-        assert len(read_rows(p / "metrics.jsonl")) == 2
+    # In-process through train(): the same runs as `-m sweep=recipes train.steps=3`, without a
+    # sweep's processes; the sweep path itself is tested above.
+    from scalerl.config import compose, validate
+    from scalerl.train.loop import train
+
+    recipes = yaml.safe_load((REPO / "sweeps" / "recipes.yaml").read_text())["grid"]["recipe"]
+    assert set(recipes) == {"scalerl", "deepseek_grpo", "qwen_dapo", "magistral", "minimax"}
+    for name in recipes:
+        cfg = validate(compose(["logger=none", "train.threads=1", f"recipe={name}", "train.steps=3", "train.eval_every=3"]))
+        assert cfg.recipe == name
+        run_dir = tmp_path / name
+        assert train(cfg, run_dir, run_name=name, group="recipes", config_dict={})["status"] == "done", name
+        assert [r["step"] for r in read_rows(run_dir / "metrics.jsonl")] == [0, 3], name

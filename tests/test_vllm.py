@@ -118,6 +118,7 @@ def bf16_engine(ckpt):
     g.close()
 
 
+@pytest.mark.slow  # starts a vLLM engine (tens of seconds)
 class TestFp32Engine:
     """fp32 body and head, as ``model.dtype=float32 precision=fp32_head`` on CPU."""
 
@@ -250,6 +251,7 @@ class TestFp32Engine:
         assert engine.version == v0 + 1
 
 
+@pytest.mark.slow  # starts a vLLM engine (tens of seconds)
 class TestBf16BodyFp32Head:
     """``model.dtype=bfloat16 precision=fp32_head``: a bf16 body under an fp32 LM head (vLLM's head_dtype)."""
 

@@ -49,6 +49,7 @@ def kept_cache_logprobs(old, new, prompt: list[int], tokens: list[int], swap: in
         return token_logprobs(new.logits(h, "train"), torch.tensor([tokens[swap:]]))[0]
 
 
+@pytest.mark.slow  # a vLLM generator process
 def test_after_an_in_flight_push_the_vllm_generator_samples_the_trainers_new_weights(ckpt, prompts, monkeypatch):
     """A ``generation=vllm`` generator process gets a push in the middle of a batch (``swap_at``):
     tokens before it are the old policy's, tokens after it carry the new version and are the new
