@@ -22,8 +22,10 @@ stream in order:
 - ``stop``: exit.
 
 Locally the trainer starts these processes itself (``pool.py``); on a cluster
-the same command could run on other nodes, given the trainer's address (not
-tested here). SIGINT/SIGTERM/SIGUSR2 are ignored: the trainer stops its
+the same command could run on other nodes, given the trainer's address and the
+run's secret in ``$SCALERL_TRANSPORT_SECRET`` (``transport.py``: every message is
+signed with it; a network namespace apart is tested, other nodes are not).
+SIGINT/SIGTERM/SIGUSR2 are ignored: the trainer stops its
 generators after it has checkpointed, and a generator whose trainer died exits
 when the store connection drops.
 """
