@@ -50,6 +50,7 @@ from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_
 from scalerl.generation.weights import TensorSpec, buckets, empty_buffers, unpack
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, positions_from_mask
+from scalerl.precision import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,6 @@ class _Stopped(Exception):
 def wire_types() -> tuple[tuple[type, ...], tuple[Callable, ...]]:
     """What the spec and control messages may hold (``transport.decode`` builds nothing else):
     this module's dataclasses, the options' config schemas, and the precision axis's functions."""
-    from scalerl.precision import PRECISIONS
-
     schemas = [o.schema for o in (*GENERATORS.values(), *PRECISIONS.values())]
     return (WorkerSpec, TensorSpec, Shard, SamplingParams, *schemas), tuple(o.fn for o in PRECISIONS.values())
 

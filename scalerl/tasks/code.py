@@ -116,7 +116,7 @@ def parse_tests(raw, metadata=None) -> CodeTests:
 
     >>> parse_tests('[{"input": "1 2\\\\n", "output": "3\\\\n", "testtype": "stdin"}]').style
     'stdio'
-    >>> t = parse_tests([{"input": "[1, 2]\\\\n3", "output": "[1]", "testtype": "functional"}], {"func_name": "f"})
+    >>> t = parse_tests([{"input": "[1, 2]\\n3", "output": "[1]", "testtype": "functional"}], {"func_name": "f"})
     >>> t.style, t.inputs, t.outputs, t.fn_name
     ('call', ('[[1, 2], 3]',), ('[1]',), 'f')
     >>> parse_tests({"inputs": [[1]], "outputs": [[2]], "fn_name": "g"}).inputs
@@ -196,9 +196,9 @@ def load_problems(cfg: CodeConfig, tokenizer=None, task: str = "code") -> tuple[
 def extract_code(completion: str, prompt: str = "") -> str | None:
     """The last fenced code block of the answer part (None: no answer or no block).
 
-    >>> extract_code("<think>```python\\\\nx\\\\n```</think>Here:\\\\n```python\\\\nprint(1)\\\\n```")
-    'print(1)\\\\n'
-    >>> extract_code("<think>```python\\\\nprint(1)\\\\n```") is None
+    >>> extract_code("<think>```python\\nx\\n```</think>Here:\\n```python\\nprint(1)\\n```")
+    'print(1)\\n'
+    >>> extract_code("<think>```python\\nprint(1)\\n```") is None
     True
     """
     text = final_answer(completion, prompt)
@@ -219,7 +219,7 @@ def outputs_match(got: str, expected: str) -> bool:
     """Printed output against the expected: line by line ignoring trailing whitespace,
     else token by token with numbers equal to 1e-6 (relative or absolute).
 
-    >>> outputs_match("3 \\\\n\\\\n", "3")
+    >>> outputs_match("3 \\n\\n", "3")
     True
     >>> outputs_match("0.3333333", "0.33333333")
     True
