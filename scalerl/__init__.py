@@ -1,6 +1,6 @@
 """scalerl: a platform for studying how RL for LLMs scales with compute.
 
-The package tree is the architecture (see README "Layout"):
+The package tree is the architecture (see docs/architecture.md, "Layout"):
 
 - ``config``      typed Hydra schemas, validation and derived quantities
 - ``models``      building / loading HF causal LMs and the precision-aware policy head

