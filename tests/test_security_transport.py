@@ -114,6 +114,33 @@ def test_planted_messages_and_clients_without_the_secret_are_refused(tmp_path):
         hub.close()
 
 
+def test_gloo_connections_are_used_only_after_both_ends_prove_the_secret():
+    """A peer that took a generator's place in gloo's (unsigned) rendezvous is refused."""
+    import threading
+
+    from scalerl.generation.transport import _group, _handshake
+
+    def pair(secrets_by_rank):
+        store, errors = dist.HashStore(), {}
+
+        def rank(r):
+            try:
+                _handshake(_group(store, "g", r, 2, 10, "127.0.0.1"), r, 2, secrets_by_rank[r], "g", 10)
+            except TransportError as e:
+                errors[r] = str(e)
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+        [t.start() for t in threads]
+        [t.join(60) for t in threads]
+        return errors
+
+    key = secrets.token_bytes(32)
+    assert pair({0: key, 1: key}) == {}
+    refused = pair({0: key, 1: secrets.token_bytes(32)})
+    assert refused == {0: "g: rank 1 of the group did not prove this run's secret; refused",
+                       1: "g: rank 0 of the group did not prove this run's secret; refused"}
+
+
 # ------------------------------------------------------------- two network namespaces
 HUB = r"""
 import json, socket, sys, torch

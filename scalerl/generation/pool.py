@@ -20,7 +20,7 @@ import torch
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
-from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub, digest
+from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub
 from scalerl.generation.weights import buckets, empty_buffers, pack, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
 
@@ -77,7 +77,7 @@ class GeneratorPool:
         t = time.perf_counter()
         self.settle()
         pack(state, self.buckets, self.bufs)
-        self.hub.send("push", {"version": version, "digest": digest(self.bufs)})
+        self.hub.send("push", {"version": version})
         self.pending = (self.hub.start_broadcast(self.bufs), f"pushing weights (version {version})")
         return time.perf_counter() - t
 

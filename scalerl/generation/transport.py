@@ -28,9 +28,12 @@ Nothing received can run code, and nobody without the run's secret can speak:
   the secret can neither order work, announce weights nor report rollouts.
 - Messages, rollouts and the start-up spec travel as JSON plus raw tensor bytes
   (``encode``/``decode``), never pickle; ``decode`` builds only the dataclasses and
-  functions its caller names. The bulk data on the gloo groups is checked against a
-  BLAKE2b digest carried in its signed header (a peer that raced gloo's unsigned
-  rendezvous keys could otherwise feed a rollout or weights of its own).
+  functions its caller names.
+- The gloo groups' rendezvous keys are gloo's own, unsigned: a client could race them
+  and put itself in a generator's (or the trainer's) place. So once a group has
+  connected, both ends of every connection prove the secret to each other
+  (``_handshake``: HMAC of the other's fresh nonce) before anything else travels on it,
+  and a rollout is also checked against a BLAKE2b digest in its signed header.
 
 No silent hang: every wait has a deadline (``timeout_s``) and fails with a
 ``TransportError`` naming the stage. The trainer also fails fast when a
@@ -60,6 +63,8 @@ import torch.distributed as dist
 
 PROBE_TAG = 1 << 30
 """Gloo tags of probe replies start here; rollout tags are their step number."""
+HANDSHAKE_TAG = PROBE_TAG - 1
+"""The gloo tag of the connection handshake (``_handshake``)."""
 SECRET_ENV = "SCALERL_TRANSPORT_SECRET"
 """The environment variable that hands a generator process the run's secret (hex)."""
 
@@ -216,6 +221,44 @@ class Signed:
         return self.raw.delete_key(key)
 
 
+def _handshake(group, rank: int, size: int, secret: bytes, name: str, timeout_s: float) -> None:
+    """Both ends of every connection of ``group`` prove the run's secret to each other: each
+    sends a fresh nonce, then the HMAC of the other's nonce (bound to the group and both
+    ranks). Pairs go in one global order, so every rank meets its peers without deadlock."""
+    def send(t, peer):
+        group.send([t], peer, HANDSHAKE_TAG).wait(_td(timeout_s))
+
+    def recv(peer):
+        t = torch.empty(32, dtype=torch.uint8)
+        group.recv([t], peer, HANDSHAKE_TAG).wait(_td(timeout_s))
+        return t
+
+    def proof(sender: int, receiver: int, nonce: torch.Tensor) -> torch.Tensor:
+        msg = f"{name}/{sender}->{receiver}/".encode() + nonce.numpy().tobytes()
+        return torch.frombuffer(bytearray(hmac.new(secret, msg, hashlib.sha256).digest()), dtype=torch.uint8)
+
+    for a in range(size):
+        for b in range(a + 1, size):
+            if rank not in (a, b):
+                continue
+            peer, first = (b, True) if rank == a else (a, False)
+            mine = torch.frombuffer(bytearray(secrets.token_bytes(32)), dtype=torch.uint8)
+            if first:
+                send(mine, peer)
+                theirs = recv(peer)
+            else:
+                theirs = recv(peer)
+                send(mine, peer)
+            if first:
+                send(proof(rank, peer, theirs), peer)
+                got = recv(peer)
+            else:
+                got = recv(peer)
+                send(proof(rank, peer, theirs), peer)
+            if not hmac.compare_digest(got.numpy().tobytes(), proof(peer, rank, mine).numpy().tobytes()):
+                raise TransportError(f"{name}: rank {peer} of the group did not prove this run's secret; refused")
+
+
 def secret_from_env() -> bytes:
     """A generator's copy of the run's secret (removed from the environment its children inherit)."""
     text = os.environ.pop(SECRET_ENV, "")
@@ -293,6 +336,12 @@ class Hub:
         # Every generator is up and joining: the groups' own rendezvous is now quick.
         self._rollouts = _group(self.store, "rollouts", 0, self.n + 1, self.timeout_s, self.host)
         self._weights = _group(self.store, "weights", 0, self.n + 1, self.timeout_s, self.host)
+        for name, group in (("rollouts", self._rollouts), ("weights", self._weights)):
+            try:
+                _handshake(group, 0, self.n + 1, self.secret, name, self.timeout_s)
+            except RuntimeError as e:
+                self.explain(f"start-up: the {name} group's handshake")
+                raise TransportError(f"start-up: the {name} group's handshake failed: {e}") from None
 
     # ------------------------------------------------------------ control flow
     def send(self, kind: str, payload=None) -> None:
@@ -403,6 +452,8 @@ class Spoke:
         self.signed.set(f"ready/{self.j}", b"1")
         self._rollouts = _group(self.store, "rollouts", self.j + 1, n + 1, self.timeout_s, self.local)
         self._weights = _group(self.store, "weights", self.j + 1, n + 1, self.timeout_s, self.local)
+        for name, group in (("rollouts", self._rollouts), ("weights", self._weights)):
+            _handshake(group, self.j + 1, n + 1, self.signed._secret, name, self.timeout_s)
 
     def poll(self):
         """The next control message, or None if the trainer has not sent it yet (non-blocking).
@@ -430,14 +481,13 @@ class Spoke:
             work, _ = self._sends.pop(0)
             work.wait(_td(self.timeout_s))
 
-    def recv_broadcast(self, bufs: Sequence[torch.Tensor], expected: str) -> None:
-        """Receive the trainer's weights into ``bufs``; ``expected``: their digest, from the signed push."""
+    def recv_broadcast(self, bufs: Sequence[torch.Tensor]) -> None:
+        """Receive the trainer's weights into ``bufs`` (over connections ``_handshake`` authenticated:
+        a digest of every push would cost seconds for a large model)."""
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.timeout = 0, _td(self.timeout_s)
         for b in bufs:
             self._weights.broadcast([b], opts).wait(_td(self.timeout_s))
-        if digest(bufs) != expected:
-            raise TransportError("refused a weight push: the bytes received do not match the trainer's signed digest")
 
     def close(self) -> None:
         """Abort the process groups: sends the trainer will never receive (it stopped first) must

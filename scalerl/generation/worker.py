@@ -124,7 +124,7 @@ class GeneratorServer:
                                              payload["shards"][self.spec.rank]))
             elif kind == "push":
                 t = time.monotonic()
-                self.spoke.recv_broadcast(self.bufs, payload["digest"])
+                self.spoke.recv_broadcast(self.bufs)
                 self.generator.load_weights(unpack(self.buckets, self.bufs), payload["version"])
                 self.version = payload["version"]
                 self.push_s += time.monotonic() - t
