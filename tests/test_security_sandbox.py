@@ -118,6 +118,21 @@ def test_the_program_cannot_stop_the_harness():
     assert took < LIMITS["total_timeout_s"] / 2, took
 
 
+def test_the_program_cannot_trace_or_read_the_harness():
+    """The harness is non-dumpable: its descriptors (the report pipe to the host), memory and
+    environment are closed to a program of the same uid."""
+    code = ("import os\n"
+            "for what in ('fd', 'mem', 'environ'):\n"
+            "    try:\n"
+            "        p = f'/proc/{os.getppid()}/{what}'\n"
+            "        os.listdir(p) if what == 'fd' else open(p, 'rb').read(1)\n"
+            "        print(what, 'open')\n"
+            "    except OSError as e:\n"
+            "        print(what, type(e).__name__)\n")
+    res = namespaces().run(Job(code, "stdio", ("",)))
+    assert res.tests[0].stdout.splitlines() == ["fd PermissionError", "mem PermissionError", "environ PermissionError"]
+
+
 def test_no_capabilities_few_files_and_no_site_packages_inside():
     sb = namespaces()
     site = sysconfig.get_paths()["purelib"]
