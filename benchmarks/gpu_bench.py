@@ -12,7 +12,11 @@ fp32 head, FSDP2 trainer on one rank). Run by ``benchmarks/gpu_check.sh``; needs
   counted, so the true bound is a little lower and the fraction a little pessimistic).
 - a training step (one ``policy_update`` over ``--train-prompts`` x 16 completions, 2 minibatches):
   achieved FLOP/s = 6 N x trained tokens / seconds, and as a fraction of ``--peak-tflops``
-  (H200 dense bf16: 989).
+  (H200 dense bf16: 989), with its peak memory (``torch.cuda.max_memory_allocated``), twice in
+  the same run: ``train_step_before``, the trainer as it was before docs/trainer-memory.md (full
+  (N, T, V) logits, no activation checkpointing), and ``train_step``, as ``model=hf`` runs now
+  (the LM head in chunks, each decoder layer checkpointed; ``--micro-batch-tokens`` adds
+  micro-batches). Both count 6 N per token: the recompute is not credited, so it lowers the MFU.
 """
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ def main() -> None:
     ap.add_argument("--train-prompts", type=int, default=8)
     ap.add_argument("--train-tokens", type=int, default=256)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--micro-batch-tokens", type=int, default=0, help="train.micro_batch_tokens of the 'after' step")
     ap.add_argument("--smoke", action="store_true", help="CPU, a 2-layer model, tiny sizes: checks the script only")
     a = ap.parse_args()
     device = "cpu" if a.smoke else "cuda"
@@ -113,17 +118,31 @@ def main() -> None:
             adv = torch.randn(a.train_prompts, 16, generator=torch.Generator().manual_seed(0))
             keep = torch.ones(a.train_prompts, dtype=torch.bool)
 
-            def step():
-                box["u"] = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe, minibatches=2,
-                                         grad_clip=1.0, temperature=1.0, mine=mine, dist=dist)
+            from scalerl.models.policy import checkpoint_layers
 
-            step()  # warm-up (allocator, lazy FSDP init)
-            t = min(timed(step) for _ in range(3))
-            tokens = box["u"]["train_tokens"]
-            flops = 6.0 * r.n_params * tokens
-            res["train_step"] = {"trained_tokens": tokens, "seconds": t, "tflops": flops / t / 1e12,
-                                 "fraction_of_peak": flops / t / 1e12 / a.peak_tflops, "peak_tflops": a.peak_tflops,
-                                 "max_memory_GiB": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None}
+            def step(micro: int):
+                box["u"] = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe, minibatches=2,
+                                         grad_clip=1.0, temperature=1.0, mine=mine, dist=dist, micro_batch_tokens=micro)
+
+            # before: one full-logits forward per minibatch, no checkpointing; after: model=hf's defaults.
+            sides = {"train_step_before": (False, 10**12, 0), "train_step": (True, 0, a.micro_batch_tokens)}
+            for key, (ckpt_layers, head_chunk, micro) in sides.items():
+                checkpoint_layers(r.model, enabled=ckpt_layers)
+                r.trainer.head_chunk = head_chunk
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                step(micro)  # warm-up (allocator, lazy FSDP init)
+                t = min(timed(lambda: step(micro)) for _ in range(3))
+                tokens = box["u"]["train_tokens"]
+                flops = 6.0 * r.n_params * tokens
+                res[key] = {"trained_tokens": tokens, "seconds": t, "tflops": flops / t / 1e12,
+                            "fraction_of_peak": flops / t / 1e12 / a.peak_tflops, "peak_tflops": a.peak_tflops,
+                            "activation_checkpointing": ckpt_layers, "head_chunk": head_chunk,
+                            "micro_batch_tokens": micro, "loss": box["u"].get("loss"),
+                            "max_memory_GiB": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None}
+            res["train_step_memory_ratio"] = (res["train_step_before"]["max_memory_GiB"] / res["train_step"]["max_memory_GiB"]
+                                              if device == "cuda" else None)
         finally:
             shutdown(dist)
     a.out.write_text(json.dumps(res, indent=2))

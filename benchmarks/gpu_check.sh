@@ -6,7 +6,8 @@
 # (`python -m scalerl.sweep train.device=cuda`, warm start included, for GPU_RUN_STEPS=40 steps
 # with the recipe's pipeline_rl, with async=sync and with ppo_off_policy, killed and resumed),
 # then benchmarks/gpu_bench.py (copy bandwidth, decode throughput at batch 256 against the
-# memory-bandwidth bound, a training step's FLOP/s). Writes one JSON: OUT_DIR/gpu_check.json;
+# memory-bandwidth bound, a training step's FLOP/s and peak memory, before and after the trainer's
+# memory work of docs/trainer-memory.md: targets 25 GiB and 25% MFU at 8 x 16 x 256). Writes one JSON: OUT_DIR/gpu_check.json;
 # "ok" is true when all three passed.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]      # default: $OUT if set, else benchmarks/gpu_results
@@ -76,7 +77,7 @@ done
 
 # ------------------------------------------------------------------ 4. throughput
 log "benchmarks/gpu_bench.py"
-timeout "${GPU_BENCH_TIMEOUT:-150}" python benchmarks/gpu_bench.py --out "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.log"
+timeout "${GPU_BENCH_TIMEOUT:-240}" python benchmarks/gpu_bench.py --out "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.log"
 bench_rc=${PIPESTATUS[0]}
 
 # ------------------------------------------------------------------ 5. one JSON
@@ -117,6 +118,10 @@ result = {"ok": tests_rc == 0 and bench_rc == 0 and runs_ok, "seconds": seconds,
           "tests_exit_code": tests_rc, "tests": tests, "runs": runs, "bench_exit_code": bench_rc, "bench": bench}
 (out / "gpu_check.json").write_text(json.dumps(result, indent=2))
 print(json.dumps({k: v for k, v in result.items() if k != "bench"}, indent=2))
+if bench:  # the 0.5B training step before/after the trainer-memory work (docs/trainer-memory.md)
+    for key in ("train_step_before", "train_step"):
+        s = bench.get(key) or {}
+        print(f"{key}: peak {s.get('max_memory_GiB')} GiB, MFU {s.get('fraction_of_peak')}, {s.get('seconds')} s")
 PY
 log "wrote $out/gpu_check.json"
 python -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['ok'] else 1)" "$out/gpu_check.json"

@@ -118,18 +118,24 @@ class PrefixCache(DynamicCache):
         return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
 
 
-def checkpoint_layers(model: PreTrainedModel) -> int:
+def checkpoint_layers(model: PreTrainedModel, enabled: bool = True) -> int:
     """Activation checkpointing per decoder layer (``model.activation_checkpointing``): each
     layer keeps only its input and recomputes the rest in the backward. torch's composable
     ``checkpoint`` works by module hooks, so parameter names are unchanged (checkpoints, weight
-    pushes) and it composes with FSDP2's ``fully_shard`` (apply it first, as here: ``setup.py``).
+    pushes) and it composes with FSDP2's ``fully_shard`` (apply it first, as ``setup.py`` does).
     The trainer's caches (``PromptCache``, ``PrefixCache``) make a replay exact; HF's own
-    gradient checkpointing would drop the shared prompt cache instead. Returns the layer count."""
+    gradient checkpointing would drop the shared prompt cache instead. Called again, it switches
+    the hooks on or off (``enabled``; ``benchmarks/gpu_bench.py`` measures both). Returns the
+    number of layers."""
     from torch.distributed._composable import checkpoint as composable_checkpoint
 
     layers = list(getattr(model.get_decoder(), "layers", []))
     for layer in layers:
-        composable_checkpoint(layer)
+        state = composable_checkpoint.state(layer)
+        if state is not None:
+            state.enable_hook = enabled
+        elif enabled:
+            composable_checkpoint(layer)
     return len(layers)
 
 

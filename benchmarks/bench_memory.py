@@ -1,0 +1,268 @@
+"""Trainer memory on the CPU: one update step, and the start-up of a sharded run, of a random
+model of Qwen2-0.5B's shape (vocabulary 151,936, 24 layers, 494M parameters), this checkout
+against another one (``--old``: a checkout before docs/trainer-memory.md), both measured in the
+same run. Each side runs in a fresh process; its peak is the kernel's high-water mark of
+resident memory (VmHWM, reset through /proc/self/clear_refs just before the measured part).
+
+    python benchmarks/bench_memory.py step --old /tmp/base --old-tokens 16 40 --tokens 256
+    python benchmarks/bench_memory.py step --prompts 1 --group 1 --tokens 8192 --sides new
+    python benchmarks/bench_memory.py load --old /tmp/base
+    python benchmarks/bench_memory.py padding
+
+``step``: one ``policy_update`` (CISPO, prompt aggregation, one minibatch; AdamW's state
+already allocated, as on every step after the first) on P prompts x G completions x T tokens.
+Activation memory = peak RSS of the forward and backward - 16 bytes per parameter (fp32
+weights, gradients and AdamW's two moments); the optimizer step's own peak (foreach AdamW's
+full-size temporary, 4 bytes per parameter, the same on both sides) is printed apart. The old side at the full length does not fit this 24 GB machine, so ``--old-tokens``
+measures it at shorter lengths and the activation memory is extrapolated linearly in T (its
+attention is SDPA's, linear in T too); the printed table says which numbers are measured.
+
+``load``: ``--world`` gloo ranks (default 2) build the FSDP2-sharded fp32 trainer from a bf16
+safetensors checkpoint written once to ``--ckpt``. Each rank's peak above its RSS before the
+build is compared with its share of the fp32 weights plus the largest unit (the root:
+embeddings, tied head, final norm).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QWEN2_05B = dict(vocab_size=151_936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                 num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True,
+                 max_position_embeddings=32_768, rope_theta=1_000_000.0)
+
+COMMON = r'''
+import json, os, resource, sys, time
+def rss():  # (current, peak) resident memory in bytes
+    f = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+    return int(f["VmRSS"].split()[0]) * 1024, int(f["VmHWM"].split()[0]) * 1024
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+'''
+
+STEP = COMMON + r'''
+import torch
+from functools import partial
+from types import SimpleNamespace
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from scalerl.models.policy import CompletionLogits
+from scalerl.precision.base import linear_head
+from scalerl.losses.cispo import CispoConfig, cispo_loss
+from scalerl.aggregation.prompt import prompt_mean
+from scalerl.train.update import policy_update
+a = json.loads(sys.argv[1])
+torch.set_num_threads(a["threads"])
+torch.manual_seed(0)
+model = Qwen2ForCausalLM(Qwen2Config(**a["shape"], attn_implementation="sdpa")).train()
+trainer = CompletionLogits(model, linear_head(torch.float32))
+kw = {}
+if a["new"]:
+    from scalerl.models.policy import checkpoint_layers
+    if a["ckpt_layers"]:
+        checkpoint_layers(model)
+    trainer.head_chunk = a["head_chunk"]
+    kw["micro_batch_tokens"] = a["micro"]
+params = [p for p in trainer.parameters() if p.requires_grad]
+n_params = sum(p.numel() for p in params)
+opt = torch.optim.AdamW(params, lr=1e-6, foreach=True)
+for p in params:  # allocate AdamW's state, as every step after the first has it
+    p.grad = torch.zeros_like(p)
+opt.step()
+opt.zero_grad(set_to_none=True)
+P, G, T, W = a["prompts"], a["group"], a["tokens"], 16
+g = torch.Generator().manual_seed(1)
+V = a["shape"]["vocab_size"]
+gen = SimpleNamespace(tokens=torch.randint(0, V, (P * G, T), generator=g), present=torch.ones(P * G, T, dtype=torch.bool),
+                      sampled=torch.ones(P * G, T, dtype=torch.bool), logprobs=torch.full((P * G, T), -11.9))
+ro = SimpleNamespace(gen=gen, correct=torch.zeros(P, G), prompt_ids=torch.randint(0, V, (P, W), generator=g),
+                     prompt_mask=torch.ones(P, W, dtype=torch.long))
+recipe = SimpleNamespace(loss=partial(cispo_loss, cfg=CispoConfig()), aggregate=partial(prompt_mean, cfg=None))
+dist = SimpleNamespace(rank=0, world=1, device=torch.device("cpu"), mesh=None, all_sum=lambda x: x, all_cat=lambda x: x)
+adv = torch.randn(P, G, generator=g)
+phases = {}
+real_step = opt.step
+def step_probe(*args, **kwargs):  # the forward/backward peak, then the optimizer step's own
+    phases["fwd_bwd"] = rss()[1]
+    reset_peak()
+    real_step(*args, **kwargs)
+    phases["opt_step"] = rss()[1]
+opt.step = step_probe
+before = rss()[0]
+reset_peak()
+t0 = time.perf_counter()
+out = policy_update(trainer, opt, params, ro, adv, torch.ones(P, dtype=torch.bool), recipe, minibatches=1, grad_clip=1.0,
+                    temperature=1.0, mine=slice(0, P), dist=dist, **kw)
+wall = time.perf_counter() - t0
+print(json.dumps({"n_params": n_params, "before": before, "peak": phases["fwd_bwd"], "step_peak": phases["opt_step"],
+                  "wall_s": wall, "loss": out.get("loss"), "entropy": out.get("entropy")}))
+'''
+
+LOAD = COMMON + r'''
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+a = json.loads(sys.argv[1])
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+from scalerl.models.policy import CompletionLogits
+from scalerl.precision.base import linear_head
+from scalerl.train.sharding import shard_trainer
+from scalerl.models.load import load_checkpoint
+if a["new"]:
+    from scalerl.models.load import CheckpointUnits, build_empty
+dist.barrier()
+before = rss()[0]
+reset_peak()
+if a["new"]:
+    model = build_empty(a["ckpt"], dtype=torch.float32)
+    units = CheckpointUnits(a["ckpt"], model, dtype=torch.float32, device=torch.device("cpu"))
+    trainer = CompletionLogits(model, linear_head(torch.float32))
+    shard_trainer(trainer, mesh, compute_dtype=torch.float32, head_dtype=torch.float32, materialize=units.materialize)
+else:
+    model, _ = load_checkpoint(a["ckpt"], dtype=torch.float32, device=torch.device("cpu"))
+    trainer = CompletionLogits(model, linear_head(torch.float32))
+    shard_trainer(trainer, mesh, compute_dtype=torch.float32, head_dtype=torch.float32)
+peak = rss()[1]
+n_params = sum(p.numel() for p in trainer.parameters())
+local = sum(p.to_local().numel() * 4 for p in trainer.parameters())
+root = sum(p.numel() * 4 for n, p in trainer.named_parameters() if ".layers." not in n)
+check = float(sum(p.to_local().double().abs().sum() for p in trainer.parameters()))
+dist.barrier()
+print("RESULT " + json.dumps({"rank": dist.get_rank(), "before": before, "peak": peak, "n_params": n_params,
+                              "local_bytes": local, "root_bytes": root, "abs_sum": check}), flush=True)
+dist.destroy_process_group()
+'''
+
+
+def child(code: str, args: dict, pythonpath: Path, *, torchrun: int = 0) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath), "OMP_NUM_THREADS": str(args.get("threads", 1))}
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(code)
+    cmd = [sys.executable, f.name, json.dumps(args)]
+    if torchrun:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}", *cmd[1:]]
+    proc = subprocess.run(cmd, cwd=pythonpath, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    lines = [ln.split("RESULT ", 1)[1] if "RESULT " in ln else ln for ln in proc.stdout.splitlines()]
+    return [json.loads(ln) for ln in lines if ln.startswith("{")]
+
+
+GB = 2**30
+
+
+def run_step(ns) -> None:
+    base = dict(shape={**QWEN2_05B, "num_hidden_layers": ns.layers}, prompts=ns.prompts, group=ns.group, threads=ns.threads)
+    rows = []
+    if "old" in ns.sides:
+        old = [child(STEP, {**base, "tokens": t, "new": False}, Path(ns.old))[0] | {"tokens": t} for t in ns.old_tokens]
+        for r in old:
+            rows.append(("old", r["tokens"], "measured", r))
+    if "new" in ns.sides:
+        new = child(STEP, {**base, "tokens": ns.tokens, "new": True, "ckpt_layers": not ns.no_ckpt_layers,
+                           "head_chunk": ns.head_chunk, "micro": ns.micro}, REPO)[0]
+        rows.append(("new", ns.tokens, "measured", new))
+    print(f"one step, {ns.prompts} prompts x {ns.group} completions; Qwen2-0.5B shape, fp32, {ns.threads} threads")
+    print(f"{'side':5} {'T':>6} {'':10} {'peak GB':>8} {'16B/param GB':>13} {'activation GB':>14} {'AdamW step GB':>14} {'s':>7}")
+    act = {}
+    for side, t, how, r in rows:
+        fixed = 16 * r["n_params"]
+        act[(side, t)] = (r["peak"] - fixed) / GB
+        print(f"{side:5} {t:6d} {how:10} {r['peak'] / GB:8.2f} {fixed / GB:13.2f} {act[(side, t)]:14.2f} "
+              f"{r['step_peak'] / GB:14.2f} {r['wall_s']:7.1f}")
+        print(f"      loss {r['loss']:.6f} entropy {r['entropy']:.4f}")
+    if "old" in ns.sides and len(ns.old_tokens) >= 2 and "new" in ns.sides:
+        (t1, t2) = ns.old_tokens[:2]
+        slope = (act[("old", t2)] - act[("old", t1)]) / (t2 - t1)
+        old_at = act[("old", t1)] + slope * (ns.tokens - t1)
+        print(f"old   {ns.tokens:6d} {'linear fit':10} {'':8} {'':13} {old_at:14.2f}   "
+              f"({slope * 1024:.1f} MB per token of T, from T={t1},{t2})")
+        print(f"activation memory ratio old/new at T={ns.tokens}: {old_at / act[('new', ns.tokens)]:.1f}x")
+
+
+def run_load(ns) -> None:
+    ckpt = Path(ns.ckpt)
+    if not (ckpt / "model.safetensors").exists():
+        import torch
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        torch.manual_seed(0)
+        Qwen2ForCausalLM(Qwen2Config(**QWEN2_05B)).to(torch.bfloat16).save_pretrained(ckpt, safe_serialization=True)
+    print(f"start-up of {ns.world} gloo ranks, Qwen2-0.5B shape, bf16 checkpoint -> fp32 FSDP2 shards")
+    sums = {}
+    for side, path in (("old", Path(ns.old)), ("new", REPO)):
+        if side not in ns.sides:
+            continue
+        res = sorted(child(LOAD, {"ckpt": str(ckpt), "new": side == "new"}, path, torchrun=ns.world), key=lambda r: r["rank"])
+        for r in res:
+            share, unit = 4 * r["n_params"] / ns.world, r["root_bytes"]
+            rise = r["peak"] - r["before"]
+            print(f"{side} rank {r['rank']}: peak above start {rise / GB:.2f} GB; share {share / GB:.2f} GB, largest unit "
+                  f"{unit / GB:.2f} GB; bound 1.5 x share + unit = {(1.5 * share + unit) / GB:.2f} GB -> "
+                  f"{rise / (1.5 * share + unit):.2f} of it")
+        sums[side] = sum(r["abs_sum"] for r in res)
+    if len(sums) == 2:
+        print(f"same shards on both sides: sum |w| {sums['old']:.6e} vs {sums['new']:.6e}")
+
+
+def run_padding(ns) -> None:
+    """Padding fraction of one rank's minibatch: one forward padded to its longest row (before)
+    against micro-batches of ``--micro`` padded tokens, longest rows first (after)."""
+    import random
+
+    from scalerl.train.update import micro_batches, padding_fraction
+
+    rng = random.Random(0)
+    budget = ns.micro or 32_768
+    before, after, parts = [], [], []
+    for _ in range(ns.steps):
+        lengths = []
+        for _ in range(ns.prompts):  # a prompt's difficulty sets its group's typical length
+            typical = ns.median * rng.lognormvariate(0.0, 0.6)
+            lengths += [min(ns.max_len, max(1, int(typical * rng.lognormvariate(0.0, 0.6)))) for _ in range(ns.group)]
+        split = micro_batches(lengths, budget)
+        before.append(padding_fraction(lengths, [list(range(len(lengths)))]))
+        after.append(padding_fraction(lengths, split))
+        parts.append(len(split))
+    rows = ns.prompts * ns.group
+    print(f"padding fraction, {ns.steps} minibatches of {ns.prompts} prompts x {ns.group} completions = {rows} rows; "
+          f"lengths: per-prompt lognormal median {ns.median} (sigma 0.6) x per-sample lognormal (sigma 0.6), "
+          f"truncated at {ns.max_len}")
+    print(f"before (one forward, padded to the longest row): {sum(before) / len(before):.1%}")
+    print(f"after  (micro_batch_tokens={budget}, longest first): {sum(after) / len(after):.1%} "
+          f"in {sum(parts) / len(parts):.1f} micro-batches on average")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["step", "load", "padding"])
+    ap.add_argument("--old", default=str(REPO), help="checkout for the old side")
+    ap.add_argument("--sides", nargs="+", default=["old", "new"])
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--old-tokens", type=int, nargs="+", default=[16, 40])
+    ap.add_argument("--head-chunk", type=int, default=0)
+    ap.add_argument("--micro", type=int, default=0, help="train.micro_batch_tokens on the new side")
+    ap.add_argument("--no-ckpt-layers", action="store_true")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--ckpt", default="/tmp/qwen2-05b-shape")
+    ap.add_argument("--layers", type=int, default=24, help="fewer for a smoke run (step only)")
+    ap.add_argument("--steps", type=int, default=200, help="padding: minibatches drawn")
+    ap.add_argument("--median", type=int, default=3000, help="padding: median completion length")
+    ap.add_argument("--max-len", type=int, default=16_384, help="padding: generation budget (truncation)")
+    ns = ap.parse_args()
+    {"step": run_step, "load": run_load, "padding": run_padding}[ns.what](ns)
+
+
+if __name__ == "__main__":
+    main()
