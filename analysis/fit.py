@@ -42,7 +42,7 @@ STATUSES = {
     "run_failed": "the run itself failed (summary.json); not fitted",
 }
 USABLE = ("ok", "nan_dropped")
-BOOTSTRAPS = ("residual", "pairs")
+BOOTSTRAPS = ("block", "residual", "pairs")
 PAPER_A_GRID = np.round(np.arange(0.450, 0.8001, 0.005), 3)     # 71 values (paper §1)
 PAPER_CMID_GRID = np.linspace(100.0, 40000.0, 100)              # GPU-h (paper §1)
 PAPER_CMID_TOP = 40000.0        # mapped onto the last fitted compute (see above)
@@ -69,8 +69,9 @@ class FitOptions:
     """How the point estimate is found: a key of METHODS."""
     n_boot: int = 500
     """Bootstrap replicates; 0 (or 1: an interval needs two) skips the bootstrap."""
-    boot: str = "residual"
-    """Bootstrap kind: "residual" (fitted curve + resampled residuals) or "pairs" (resampled points)."""
+    boot: str = "block"
+    """Bootstrap kind: "block" (fitted curve + residuals resampled in blocks, for noise correlated
+    in time; independent residuals give blocks of 1), "residual" (one by one) or "pairs" (points)."""
     profile: bool = True
     """Also compute the profile-likelihood interval of A."""
     level: float = 0.95

@@ -3,11 +3,18 @@
 The paper reports no interval at all; it states a margin of ±0.02 on A from three seeds
 that agreed within ±0.015 (paper §1, §4).  We give three complementary answers:
 
-* bootstrap: eval noise only.  Residual bootstrap by default (FitOptions.boot): refit on
-  fitted + resampled residuals, and, when R0 is itself a measured eval (step 0), shift
-  R0 by one resampled residual too, since it carries the same noise.  `kind="pairs"`
-  resamples (compute, reward) points instead.  All replicates are refitted together by
-  `solver.lm_batch`, warm-started at the estimate.
+* bootstrap: eval noise.  A moving-block residual bootstrap by default (FitOptions.boot
+  "block"): refit on fitted + residuals resampled in contiguous blocks, so noise that is
+  correlated in time (a real run's policy wobbles by +-0.02-0.03 over several evals,
+  issue 29) keeps its correlation in every replicate; the block length comes from the
+  residuals' lag-1 autocorrelation (`block_length`) and is 1, a plain residual bootstrap,
+  when they are independent.  When R0 is itself a measured eval (step 0), R0 is shifted
+  by one resampled residual too, since it carries the same noise.  `kind="residual"`
+  resamples residuals one by one; `kind="pairs"` resamples (compute, reward) points.  All
+  replicates are refitted together by `solver.lm_batch`, warm-started at the estimate.
+* forecast noise: what a forecast is compared with is itself a few noisy evals, so a
+  forecast interval adds to each replicate the mean of `n` consecutive resampled
+  residuals (`future_noise`): with correlated noise that mean hardly shrinks with n.
 * profile likelihood for A: fix A on a grid, refit (B, C_mid), and keep the A values whose
   SSE rise stays under the F(1, n-3) quantile.  It sees curvature the bootstrap can miss
   when A runs to its bound.
@@ -35,21 +42,122 @@ def percentile_interval(samples, level):
     return float(lo), float(hi)
 
 
+def noise_rho(resid):
+    """Lag-1 correlation of the eval noise, in [0, 0.9]: the larger of the residuals' own and
+    the one read off their first differences.  A fitted curve soaks up the slow part of a
+    wobble, which lowers the residuals' own correlation, but what it soaks up is smooth and
+    all but vanishes from the differences; for an AR(1) with correlation rho, the
+    differences' lag-1 correlation is -(1 - rho) / 2.
+    >>> noise_rho([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])          # alternating: no memory
+    0.0
+    """
+    resid = np.asarray(resid, dtype=float)
+    d = np.diff(resid)
+    from_diffs = 1.0 + 2.0 * lag1(d) if d.size >= 3 else 0.0
+    return float(np.clip(max(lag1(resid), from_diffs), 0.0, 0.9))
+
+
+def scaled_residuals(resid, from_diffs=True):
+    """Residuals centred and inflated for the 3 fitted parameters, so that resampled noise
+    has the variance of the true noise rather than of the (smaller) fitted residuals.
+
+    With noise correlated in time, a smooth curve absorbs more of it than its 3 parameters
+    alone would: each parameter takes about (1 + rho) / (1 - rho) points' worth of an AR(1)
+    with lag-1 correlation rho, so the degrees of freedom are n - 3 (1 + rho) / (1 - rho),
+    kept at n / 4 or more.  For independent residuals (rho = 0) this is n - 3.  With
+    `from_diffs`, rho is `noise_rho`'s and the sd is at least the one the residuals'
+    differences show (var(diff) = 2 sd^2 (1 - rho)), which the fit cannot have absorbed.
+    """
+    resid = np.asarray(resid, dtype=float)
+    n = resid.size
+    if n == 0:
+        return resid
+    rho = noise_rho(resid) if from_diffs else float(np.clip(lag1(resid), 0.0, 0.9))
+    dof = max(n - N_PARAMS * (1 + rho) / (1 - rho), n / 4, 1)
+    e = (resid - resid.mean()) * np.sqrt(n / dof)
+    sd = float(e.std())
+    if from_diffs and n >= 3 and sd > 0:
+        sd_diff = float(np.std(np.diff(resid))) / np.sqrt(2 * (1 - rho))
+        e = e * max(sd_diff / sd, 1.0)
+    return e
+
+
+def lag1(resid):
+    """Lag-1 autocorrelation of a residual series (0 for fewer than 3 points).
+    >>> lag1([1.0, -1.0, 1.0, -1.0])        # lagged products -1 -1 -1, over the sum of squares 4
+    -0.75
+    """
+    r = np.asarray(resid, dtype=float)
+    if r.size < 3:
+        return 0.0
+    r = r - r.mean()
+    denom = float(r @ r)
+    return float(r[1:] @ r[:-1] / denom) if denom > 0 else 0.0
+
+
+def block_length(resid):
+    """Block length of the moving-block bootstrap for `resid`.
+
+    Hall, Horowitz and Jing's order for a variance, L = (3n/2)^(1/3) (2 rho / (1 - rho^2))^(2/3),
+    with rho the lag-1 autocorrelation of an AR(1) read off the residuals; 1 when rho is
+    within 2 / sqrt(n) of 0 (independent noise: a plain residual bootstrap), at most n / 3 so
+    a replicate still mixes three blocks.
+    >>> block_length(np.sin(np.arange(60) / 3.0))                      # smooth: the cap, 60 / 3
+    20
+    >>> block_length(np.random.default_rng(0).normal(size=60))        # white noise
+    1
+    """
+    n = np.size(resid)
+    rho = min(lag1(resid), 0.95)
+    if n < 6 or rho <= 2 / np.sqrt(n):
+        return 1
+    length = (1.5 * n) ** (1 / 3) * (2 * rho / (1 - rho**2)) ** (2 / 3)
+    return int(np.clip(round(length), 1, n // 3))
+
+
+def block_length_for(resid):
+    """`block_length` with the noise correlation of `noise_rho` (residuals and their differences)."""
+    n = np.size(resid)
+    rho = noise_rho(resid)
+    if n < 6 or rho <= 2 / np.sqrt(n):
+        return 1
+    return int(np.clip(round((1.5 * n) ** (1 / 3) * (2 * rho / (1 - rho**2)) ** (2 / 3)), 1, n // 3))
+
+
+def block_indices(n, length, n_boot, rng):
+    """(n_boot, n) indices into a series of n: contiguous blocks of `length` from random starts."""
+    if length <= 1:
+        return rng.integers(0, n, size=(n_boot, n))
+    n_blocks = -(-n // length)
+    starts = rng.integers(0, n - length + 1, size=(n_boot, n_blocks, 1))
+    return (starts + np.arange(length)).reshape(n_boot, -1)[:, :n]
+
+
+def future_noise(resid, n, n_boot, rng):
+    """(n_boot,) means of `n` consecutive scaled residuals from random starts: the noise of an
+    observed mean of `n` evals, as correlated as the residuals are (0 when there are none)."""
+    e = scaled_residuals(resid)
+    if e.size == 0:
+        return np.zeros(n_boot)
+    n = int(min(max(n, 1), e.size))
+    windows = np.convolve(e, np.ones(n) / n, mode="valid")     # every run of n consecutive residuals
+    return windows[rng.integers(0, windows.size, size=n_boot)]
+
+
 def bootstrap(lx, y, r0, theta, *, n_boot, rng, kind, perturb_r0=True,
               a_max=1.0, a_fixed=None):
     """Refit `n_boot` resampled curves; returns (n_boot, 4) rows of (A, log B, log C_mid, R0).
 
     theta = (A, log B, log C_mid) is the point estimate, used as every replicate's start.
+    kind: "block" (moving blocks of residuals), "residual" (one by one) or "pairs".
     """
     A, b, c = theta
     n = y.size
     s, _ = shape(b, c, lx)
     fitted = r0 + (A - r0) * s
-    resid = y - fitted
-    # centre, and inflate for the 3 fitted parameters, so the resampled noise has the
-    # variance of the true noise rather than of the (smaller) fitted residuals
-    e = (resid - resid.mean()) * np.sqrt(n / max(n - N_PARAMS, 1))
-    idx = rng.integers(0, n, size=(n_boot, n))
+    e = scaled_residuals(y - fitted, from_diffs=kind == "block")
+    length = block_length_for(e) if kind == "block" else 1
+    idx = block_indices(n, length, n_boot, rng)
     if kind == "pairs":
         lx_star, y_star = lx[idx], y[idx]
     else:
