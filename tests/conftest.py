@@ -44,14 +44,21 @@ def _session_env(tmp_path_factory):
     yield
 
 
+# The embedded task's answers-only shape: completions of a few tokens, so the tests of a
+# mechanism (resume, ranks, schedules, losses) stay fast. The default's reasoning shape
+# (completions that think for ~40 tokens) is what tests/test_reasoning_task.py, the stored
+# curve (tests/test_train.py) and the CLI tests run.
+ANSWERS_ONLY = ("task.think=0", "length.max_new_tokens=8")
+
+
 @pytest.fixture
 def tiny_cfg():
-    """A validated config for short in-process training runs. Synchronous unless the test
-    asks for another ``async`` option: a sync run is bit-reproducible."""
+    """A validated config for short in-process training runs on the answers-only shape.
+    Synchronous unless the test asks for another ``async`` option: a sync run is bit-reproducible."""
     from scalerl.config import validate
 
     def make(*overrides: str):
-        return validate(compose(["logger=none", "train.threads=1", "async=sync", *overrides]))
+        return validate(compose(["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, *overrides]))
 
     return make
 

@@ -27,8 +27,11 @@ def curve(run_dir):
 
 
 @pytest.mark.slow
-def test_deterministic_run_matches_stored_curve(tiny_cfg, tmp_path):
-    cfg = tiny_cfg(*SHORT)
+def test_deterministic_run_matches_stored_curve(tmp_path):
+    # The default's reasoning shape (not tiny_cfg's answers-only one), synchronous and on one thread.
+    from scalerl.config import compose, validate
+
+    cfg = validate(compose(["logger=none", "train.threads=1", "async=sync", *SHORT]))
     a, b = tmp_path / "a", tmp_path / "b"
     assert run(cfg, a)["status"] == "done"
     run(cfg, b)
@@ -39,12 +42,17 @@ def test_deterministic_run_matches_stored_curve(tiny_cfg, tmp_path):
         CURVE.write_text(json.dumps(got, indent=1))
         pytest.fail(f"recorded a new reference curve at {CURVE}; commit it")
     ref = json.loads(CURVE.read_text())
+    # Same machine kind and thread count: the curve reproduces bit for bit; the tolerances only
+    # absorb a different CPU's kernels. They are tighter than one changed sample in a step (1/128
+    # of train_reward) times a few, so a wrong normalizer, loss or filter fails here.
+    assert len(got) == len(ref)
     for g, r in zip(got, ref):
         assert g["step"] == r["step"]
-        assert abs(g["pass_rate"] - r["pass_rate"]) <= 0.05, (g, r)
-        assert math.isclose(g["compute"], r["compute"], rel_tol=0.05) or g["step"] == 0
-    # ...and the policy actually improves over 20 steps on the stored curve.
-    assert ref[-1]["pass_rate"] > ref[0]["pass_rate"] + 0.03
+        assert abs(g["pass_rate"] - r["pass_rate"]) <= 0.01, (g, r)
+        assert abs(g.get("train_reward", 0.0) - r.get("train_reward", 0.0)) <= 0.01, (g, r)
+        assert math.isclose(g["compute"], r["compute"], rel_tol=0.01) or g["step"] == 0
+    # ...and the policy actually improves over 20 steps on the stored curve (it learns to think).
+    assert ref[-1]["pass_rate"] > ref[0]["pass_rate"] + 0.1
 
 
 @pytest.mark.slow

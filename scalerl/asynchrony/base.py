@@ -96,15 +96,24 @@ def staleness(version: Tensor, present: Tensor, trainer_version: int) -> Tensor:
 
 
 def version_stats(version: Tensor, present: Tensor, trainer_version: int) -> dict:
-    """Staleness mean and max of the consumed tokens, and the fraction of completions whose
-    tokens come from more than one policy version (in-flight updates, arXiv 2510.13786 §3.1)."""
+    """The staleness distribution of the consumed tokens (mean, median, 90th percentile, max, and
+    the fraction at least one version old), and the fraction of completions whose tokens come from
+    more than one policy version (in-flight updates, arXiv 2510.13786 §3.1).
+
+    >>> import torch
+    >>> s = version_stats(torch.tensor([[3, 4, 4, 4], [2, 2, 4, 4]]), torch.ones(2, 4, dtype=torch.bool), 4)
+    >>> s["staleness_p50"], s["staleness_p90"], s["staleness_max"], s["stale_frac"]
+    (0.0, 2.0, 2, 0.375)
+    """
     stale = staleness(version, present, trainer_version).float()
     big = version.masked_fill(~present, -1).amax(-1)  # (N,)
     small = version.masked_fill(~present, 1 << 62).amin(-1)
     has = present.any(-1)
     multi = ((big != small) & has).float().sum() / has.float().sum().clamp(min=1)
-    return {"staleness_mean": stale.mean().item() if stale.numel() else 0.0,
-            "staleness_max": int(stale.max().item()) if stale.numel() else 0,
+    stale = stale if stale.numel() else stale.new_zeros(1)  # an empty batch: nothing stale
+    q = stale.quantile(stale.new_tensor([0.5, 0.9]), interpolation="lower")
+    return {"staleness_mean": stale.mean().item(), "staleness_p50": q[0].item(), "staleness_p90": q[1].item(),
+            "staleness_max": int(stale.max().item()), "stale_frac": (stale >= 1).float().mean().item(),
             "multi_version_frac": multi.item()}
 
 

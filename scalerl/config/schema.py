@@ -43,9 +43,9 @@ class BatchConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 1000
+    steps: int = 600
     """Optimizer steps (generation batches) in the run (the embedded default's size: docs/embedded.md)."""
-    lr: float = 2e-4
+    lr: float = 1e-4
     """Constant after warm-up (paper: 5e-7 at 8B; tiny models need far more, docs/embedded.md)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     adam_eps: float = 1e-8
@@ -53,9 +53,9 @@ class TrainConfig:
     warmup_steps: int = 0
     grad_clip: float = 1.0
     temperature: float = 1.0
-    eval_every: int = 12
-    """Steps between held-out evals (the embedded default's ~84 points per curve: docs/embedded.md)."""
-    eval_samples: int = 4
+    eval_every: int = 20
+    """Steps between held-out evals (the embedded default's 31 points per curve: docs/embedded.md)."""
+    eval_samples: int = 2
     """Samples per held-out prompt; the pass rate is their mean (paper: 16)."""
     ckpt_every: int = 25
     """Checkpoint period in steps; every eval step is also checkpointed."""

@@ -4,8 +4,8 @@ Each arm gets a fresh spawned process with ``threads_per_arm`` torch threads
 (on a 2-core CPU, two 1-thread processes match one 2-thread process, and a
 fixed thread count keeps each arm reproducible; docs/embedded.md). An arm with
 generator processes (``async.generators``, e.g. pipeline_rl) shares its
-threads among them and needs at least one per process, so it counts as
-``max(threads_per_arm, 1 + generators)`` threads when arms are packed onto cores. Its output goes to
+threads among them and gets at least one per process (``max(threads_per_arm, 1 + generators)``),
+but is packed onto cores by ``threads_per_arm`` alone: its sides wait on each other. Its output goes to
 ``<run_dir>/train.log``; the parent shows one live table for all arms.
 Ctrl-C reaches every arm, which checkpoints and stops; relaunch to resume.
 
@@ -45,7 +45,8 @@ PARENT_POLL_S = 1.0
 
 
 def _die_with_parent(parent: int) -> None:
-    """SIGTERM this arm once its sweep process is gone (it then checkpoints and stops, as on Ctrl-C).
+    """SIGTERM this pool worker once its sweep process is gone: an arm then checkpoints and stops,
+    as on Ctrl-C; an idle worker simply exits.
 
     Polls the parent pid (portable, unlike Linux's PR_SET_PDEATHSIG, which also fires when the
     executor thread that spawned the worker exits).
@@ -59,9 +60,10 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _child(blob: bytes) -> bytes:
-    """Runs in the spawned process: one Hydra job, output to train.log."""
+    """Runs in the spawned process: one Hydra job, output to train.log.
+
+    The process already watches its parent (the pool's initializer, ``_die_with_parent``)."""
     hydra_context, task_function, sweep_config, singleton_state, threads, parent = cloudpickle.loads(blob)
-    _die_with_parent(parent)
     register()  # the ${scalerl_run_name:} resolver, before anything resolves
     os.environ["SCALERL_NUM_THREADS"] = str(threads)
     os.environ["SCALERL_NO_BAR"] = "1"
@@ -110,7 +112,11 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
         run_dir = sweep_run_dir(cfg)
         write_launch_record(run_dir, "local", overrides, log=str(run_dir / "train.log"))
     threads = [arm_threads(cfg, launcher.threads_per_arm) for _, cfg in jobs]
-    workers = launcher.n_parallel or auto_parallel(len(jobs), max(threads))
+    # Packed by the launcher's per-arm budget, not by an arm's processes: the trainer and the
+    # generators of a pipeline arm wait on each other (trainer_idle_frac, generator_idle_frac), and
+    # a waiting side sleeps, so arms side by side keep the cores busy where one alone leaves a share
+    # idle. A pipeline sweep is then no slower per arm than a sync one (benchmarks/RESULTS.md).
+    workers = launcher.n_parallel or auto_parallel(len(jobs), launcher.threads_per_arm)
     workers = max(1, min(workers, len(jobs)))
     print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {'/'.join(map(str, sorted(set(threads))))} "
           f"thread(s) each; logs in <run dir>/train.log", flush=True)
@@ -118,7 +124,11 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     state = Singleton.get_state()
     ctx = mp.get_context("spawn")
     results: list[JobReturn | None] = [None] * len(jobs)
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1) as pool:
+    # Every worker watches its parent from the moment it starts, not only while it runs an arm: with
+    # max_tasks_per_child=1 the pool spawns a fresh idle worker as each arm ends, and a sweep killed
+    # after that (during the leaderboard) would leave it, and the resource_tracker it keeps alive.
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1,
+                                initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(_child, cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state,
                                                           threads[k], os.getpid()))): k
                    for k, (_, cfg) in enumerate(jobs)}

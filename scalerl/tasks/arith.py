@@ -6,6 +6,16 @@ natural ceiling below 100%: additions are learnable by RL on CPU
 rate bends and plateaus like the paper's curves instead of running to 1.
 The train pool and the held-out split are fixed by ``task.data_seed`` and
 disjoint; the warm start samples fresh problems outside the held-out split.
+
+Reasoning shape (``task.think``): the paper's completions think, then answer
+(arXiv 2510.13786 §2: graded after stripping ``<think>…</think>``). With
+``task.think > 0`` that fraction of the warm start's demonstrations writes a
+scratchpad of column additions, least significant digit first with the carry in,
+before the answer (``<think>2+7+0=09 4+1+0=05 0+5+0=05</think>0559``); the rest
+answer directly. Thinking helps a tiny model (each column is a one-digit sum), so
+RL can learn to think more, and the length axis (interruptions, penalties,
+truncation) has a thinking part to act on. Products have no scratchpad: they
+stay the ceiling. The grader reads only the text after the last ``</think>``.
 """
 from __future__ import annotations
 
@@ -14,7 +24,7 @@ from dataclasses import dataclass, field
 
 from scalerl.core.errors import check
 from scalerl.tasks.base import Grades, Problem, TaskConfig, TaskData, reward_value
-from scalerl.tasks.rewards import exact_match_reward
+from scalerl.tasks.rewards import THINK_END, THINK_START, exact_match_reward
 
 # kind -> (operator, operand digits, answer digits)
 KINDS: dict[str, tuple[str, int, int]] = {
@@ -36,6 +46,9 @@ class ArithConfig(TaskConfig):
     """Size of the fixed held-out split the pass rate is measured on."""
     data_seed: int = 1234
     """Seed of the problem generator; independent of the run seed so every arm sees the same split."""
+    think: float = 0.0
+    """Fraction of warm-start demonstrations that think (a scratchpad of column sums) before answering
+    additions; the rest answer directly. 0: answers only, the completions are a few tokens."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -45,6 +58,7 @@ class ArithConfig(TaskConfig):
               "task.mix", "weights must be non-negative and not all zero")
         check(self.n_train > 0, "task.n_train", f"must be > 0, got {self.n_train}")
         check(self.n_heldout > 0, "task.n_heldout", f"must be > 0, got {self.n_heldout}")
+        check(0.0 <= self.think <= 1.0, "task.think", f"must be a fraction in [0, 1], got {self.think}")
 
 
 def make_problem(kind: str, rng: random.Random) -> Problem:
@@ -53,6 +67,47 @@ def make_problem(kind: str, rng: random.Random) -> Problem:
     value = a + b if op == "+" else a * b
     prompt = f"{a:0{digits}d}{op}{b:0{digits}d}="
     return Problem(prompt=prompt, answer=f"{value:0{out_digits}d}", kind=kind, task="arith", uid=prompt)
+
+
+def scratchpad(prompt: str) -> str:
+    """The column additions of an addition prompt, least significant first, each with its carry in
+    and its two-digit sum (whose first digit is the next carry); "" for other operators.
+
+    >>> scratchpad("042+517=")
+    '2+7+0=09 4+1+0=05 0+5+0=05'
+    >>> scratchpad("95+18=")
+    '5+8+0=13 9+1+1=11'
+    >>> scratchpad("12*34=")
+    ''
+    """
+    if "+" not in prompt:
+        return ""
+    a, b = prompt.rstrip("=").split("+")
+    cols, carry = [], 0
+    for x, y in zip(reversed(a), reversed(b)):
+        total = int(x) + int(y) + carry
+        cols.append(f"{x}+{y}+{carry}={total:02d}")
+        carry = total // 10
+    return " ".join(cols)
+
+
+def demonstration(p: Problem, thinks: bool) -> Problem:
+    """The warm start's target for ``p``: its scratchpad in a thinking block, then the answer; or the
+    answer alone (no scratchpad for the operator, or ``thinks`` false).
+
+    >>> demonstration(make_problem("add2", random.Random(0)), True).answer
+    '<think>9+7+0=16 4+9+1=14</think>146'
+    """
+    pad = scratchpad(p.prompt) if thinks else ""
+    return Problem(prompt=p.prompt, answer=f"{THINK_START}{pad}{THINK_END}{p.answer}" if pad else p.answer,
+                   kind=p.kind, task=p.task, uid=p.uid)
+
+
+def demonstrations(stream: "ProblemStream", think: float, seed: int):
+    """Warm-start problems whose ``answer`` is the completion to imitate (``TaskData.sft_stream``)."""
+    rng = random.Random(seed)
+    for p in stream:
+        yield demonstration(p, rng.random() < think)
 
 
 class ProblemStream:
@@ -96,7 +151,8 @@ def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
         heldout=heldout,
         score=lambda texts, problems: _grade(cfg, [exact_match_reward(t, p.answer) == 1.0 for t, p in zip(texts, problems)]),
         # Warm-start (SFT) data: fresh problems, never the held-out split.
-        sft_stream=lambda seed: ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
+        sft_stream=lambda seed: demonstrations(ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
+                                               cfg.think, seed),
         names=("arith",),
         correct_reward=cfg.correct_reward,
         wrong_reward=cfg.wrong_reward,
