@@ -59,6 +59,14 @@ from scalerl.aggregation.prompt import prompt_mean
 from scalerl.train.update import policy_update
 a = json.loads(sys.argv[1])
 torch.set_num_threads(a["threads"])
+if a.get("progress"):  # a long run leaves its resident memory so far, every 30 s
+    import threading
+    def watch():
+        while True:
+            with open(a["progress"], "a") as f:
+                print(json.dumps({"t": time.time(), "rss": rss()[0], "hwm": rss()[1]}), file=f)
+            time.sleep(30)
+    threading.Thread(target=watch, daemon=True).start()
 torch.manual_seed(0)
 model = Qwen2ForCausalLM(Qwen2Config(**a["shape"], attn_implementation="sdpa")).train()
 trainer = CompletionLogits(model, linear_head(torch.float32))
@@ -160,7 +168,8 @@ GB = 2**30
 
 
 def run_step(ns) -> None:
-    base = dict(shape={**QWEN2_05B, "num_hidden_layers": ns.layers}, prompts=ns.prompts, group=ns.group, threads=ns.threads)
+    base = dict(shape={**QWEN2_05B, "num_hidden_layers": ns.layers}, prompts=ns.prompts, group=ns.group, threads=ns.threads,
+                progress=ns.progress)
     rows = []
     if "old" in ns.sides:
         old = [child(STEP, {**base, "tokens": t, "new": False}, Path(ns.old))[0] | {"tokens": t} for t in ns.old_tokens]
@@ -257,6 +266,7 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--ckpt", default="/tmp/qwen2-05b-shape")
     ap.add_argument("--layers", type=int, default=24, help="fewer for a smoke run (step only)")
+    ap.add_argument("--progress", default="", help="step: a file the child appends its RSS to every 30 s")
     ap.add_argument("--steps", type=int, default=200, help="padding: minibatches drawn")
     ap.add_argument("--median", type=int, default=3000, help="padding: median completion length")
     ap.add_argument("--max-len", type=int, default=16_384, help="padding: generation budget (truncation)")

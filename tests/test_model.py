@@ -199,3 +199,36 @@ def test_sampling_uses_the_requested_temperature(tmp_path):
             logits = pol.completion_logits(ids, mask, g.tokens, g.present.long(), group=8) / temp
         lp = token_logprobs(logits, g.tokens)
         assert torch.allclose(lp[g.present], g.logprobs[g.present], atol=1e-5), temp
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_meta_build_filled_unit_by_unit_equals_a_full_load(tmp_path, tied):
+    """``build_empty`` + ``CheckpointUnits`` (the sharded start-up, without the sharding): the same
+    weights as ``load_checkpoint``, a layer at a time, tied weights kept one tensor, buffers real."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from scalerl.models.load import CheckpointUnits, build_empty
+
+    path = _tiny(tmp_path)
+    if tied:
+        torch.manual_seed(0)
+        cfg = Qwen2Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+        path = tmp_path / "qwen"
+        Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)  # bf16 on disk, like real checkpoints
+    want = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = build_empty(path, dtype=torch.float32)
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert all(b.device.type == "cpu" for b in model.buffers())
+    units = CheckpointUnits(path, model, dtype=torch.float32, device=torch.device("cpu"))
+    first = model.model.layers[0]
+    assert units.materialize(first) == len(list(first.parameters()))
+    assert model.model.layers[1].self_attn.q_proj.weight.device.type == "meta"  # one unit at a time
+    units.materialize(model)
+    got, ref = model.state_dict(), want.state_dict()
+    assert got.keys() == ref.keys()
+    for k in ref:
+        assert got[k].dtype == torch.float32 and torch.equal(got[k], ref[k]), k
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
+    ids = torch.tensor([[1, 5, 7, 9]])
+    assert torch.equal(model(ids).logits, want(ids).logits)

@@ -210,11 +210,14 @@ class CompletionLogits(torch.nn.Module):
             return self.head(hidden, weight).float()
         chunk = (self.head_chunk if head_chunk is None else head_chunk) or auto_head_chunk(weight.shape[0])
         if chunk < tokens.numel():
-            return chunked_token_stats(hidden, weight, self.head, tokens, temperature, chunk)
-        logits = self.head(hidden, weight).float()  # (N, T, V): the unchunked path, as before
-        if temperature != 1.0:
-            logits = logits / temperature
-        return token_logprobs(logits, tokens), token_entropy(logits.detach())
+            logp, entropy = chunked_token_stats(hidden, weight, self.head, tokens, temperature, chunk)
+        else:
+            logits = self.head(hidden, weight).float()  # (N, T, V): the unchunked path, as before
+            if temperature != 1.0:
+                logits = logits / temperature
+            logp, entropy = token_logprobs(logits, tokens), token_entropy(logits.detach())
+        # Not a view: FSDP2 hooks the root's outputs for its backward, which an in-place op on a view would lose.
+        return logp.clone(), entropy
 
 
 class Policy:
