@@ -10,6 +10,7 @@ the training loop: orders are token ids and sampling settings, replies are
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,37 @@ from scalerl.generation.interface import Generation
 from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub
 from scalerl.generation.weights import buckets, empty_buffers, pack, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _death_signal():
+    """A preexec_fn that has the kernel SIGKILL the child when its parent dies (Linux), or None.
+
+    A trainer killed with kill -9 while its generators start up would otherwise leave them
+    waiting out two 300 s store timeouts (issue 29). The signal fires when the thread that
+    forked exits; ``start`` runs on the trainer's main thread, which lives as long as the
+    trainer. prctl is resolved here, before the fork, so the child only makes the call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # stdlib; only here, where a child is about to be spawned
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the call: nothing would fire
+            os._exit(1)
+
+    return arm
+
+
+def spawn_child(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
+    """Start a generator process that dies with this one, whatever the moment."""
+    return subprocess.Popen(list(argv), env=dict(env), preexec_fn=_death_signal())
 
 
 class GeneratorPool:
@@ -53,7 +85,7 @@ class GeneratorPool:
         self.hub.alive = self._death
         for j in range(self.n):
             self.hub.put_spec(j, replace(self.spec, rank=j, device=self.devices[j]))
-            self.procs.append(subprocess.Popen(
+            self.procs.append(spawn_child(
                 [sys.executable, *self.worker, self.hub.address, str(j), str(self.timeout_s)],
                 # no C++ stack dumps when the trainer goes; the run's secret in the environment, which only
                 # this user can read (argv is world-readable)
