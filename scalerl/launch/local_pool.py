@@ -124,6 +124,7 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     state = Singleton.get_state()
     ctx = mp.get_context("spawn")
     results: list[JobReturn | None] = [None] * len(jobs)
+    interrupted = False
     # Every worker watches its parent from the moment it starts, not only while it runs an arm: with
     # max_tasks_per_child=1 the pool spawns a fresh idle worker as each arm ends, and a sweep killed
     # after that (during the leaderboard) would leave it, and the resource_tracker it keeps alive.
@@ -137,11 +138,14 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
         except KeyboardInterrupt:
             print("\n[scalerl] interrupted: arms are checkpointing; relaunch the same command to resume", flush=True)
             cf.wait(futures, timeout=120)
+            interrupted = True
         for fut, k in futures.items():
             try:
                 results[k] = cloudpickle.loads(fut.result(timeout=0))
             except BaseException as e:  # crashed process, killed, interrupted
                 results[k] = failed_return(jobs[k][0], jobs[k][1], e)
+    if interrupted:  # a stopped sweep is not a finished one: no leaderboard of half-trained arms, exit 130
+        raise SystemExit(128 + signal.SIGINT)
     return results
 
 

@@ -30,7 +30,7 @@ from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_t
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
 from scalerl.models.extensions import diagnose_broken_extensions
-from scalerl.train.signals import STOP_REQUEST
+from scalerl.train.signals import STOP_REQUEST, exit_code, received_signal
 
 LOCK_WAIT_S = 60.0
 """How long a job waits on a locked run whose holder is not (or not yet) recorded as training it."""
@@ -134,10 +134,14 @@ def run_arm(cfg: DictConfig) -> dict:
         return train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={})
     try:
         with run_lock(run_dir):
-            return _train_locked(cfg, obj, run_dir, meta, train)
+            result = _train_locked(cfg, obj, run_dir, meta, train)
     except RunBusy as busy:  # a second sweep on this directory: the first one owns this run
         print(f"[scalerl] {run_dir.name} is {busy}; leaving it to that process")
         return {**meta, "status": "busy", "holder": busy.holder}
+    if result.get("status") == "interrupted" and HydraConfig.get().mode == RunMode.RUN:
+        # a stopped run is not a finished one: 130 after Ctrl-C, 143 after SIGTERM (checkpoint saved)
+        raise SystemExit(exit_code(received_signal()))
+    return result
 
 
 def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train) -> dict:

@@ -6,6 +6,11 @@ Handlers only set a flag; the loop checkpoints at the next step boundary and
 then either returns (local) or hands over to the previously installed
 handler, which under submitit requeues the job and exits. A stop request ends
 the run for good: status ``stopped_early``.
+
+A stopped run is not a finished one: the entry point exits with ``exit_code``
+(128 + the signal: 130 for Ctrl-C, 143 for SIGTERM), as shells and schedulers
+expect. Work that runs before the loop and has nothing to checkpoint (the warm
+start) polls ``pending_stop`` and gives up at once.
 """
 from __future__ import annotations
 
@@ -15,6 +20,26 @@ from pathlib import Path
 
 STOP_REQUEST = "stop.json"
 """In a run directory: the sweep asks the run to stop for good (scalerl.launch.early_stop)."""
+
+
+_received: list[int] = []   # the signals any StopRequest of this process took, in order
+
+
+def received_signal() -> int | None:
+    """The last stop signal this process received (None: none), also after ``restore``."""
+    return _received[-1] if _received else None
+
+
+def pending_stop() -> int | None:
+    """SIGINT or SIGTERM, if one arrived: the caller should stop now (SIGUSR2, a preemption,
+    is left to the loop, which checkpoints and requeues)."""
+    signum = received_signal()
+    return signum if signum in (signal.SIGINT, signal.SIGTERM) else None
+
+
+def exit_code(signum: int | None) -> int:
+    """The shell's exit status of a process stopped by ``signum``: 128 + signum (130 if unknown)."""
+    return 128 + int(signum if signum is not None else signal.SIGINT)
 
 
 class StopRequest:
@@ -28,6 +53,7 @@ class StopRequest:
     def install(self) -> "StopRequest":
         if threading.current_thread() is not threading.main_thread():
             return self
+        _received.clear()  # a new run: a signal that stopped an earlier one in this process is spent
         for s in self.SIGNALS:
             current = signal.getsignal(s)
             # Under submitit, SIGTERM is deliberately ignored ("bypass"): SLURM sends it
@@ -42,6 +68,7 @@ class StopRequest:
         if self.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: stop now
         self.signum = signum
+        _received.append(signum)
 
     @property
     def requested(self) -> bool:

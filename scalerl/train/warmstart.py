@@ -24,6 +24,7 @@ from scalerl.precision.base import linear_head
 from scalerl.train.distributed import Dist
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.rollout import encode_prompt
+from scalerl.train.signals import exit_code, pending_stop
 
 
 def no_length_control(n: int, rng) -> LengthPlan:
@@ -79,6 +80,10 @@ def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
         t0, rate, step = time.time(), 0.0, 0
         log(f"[scalerl] warm start: SFT until held-out pass rate >= {cfg.target_pass_rate} -> {dst}")
         for step in range(1, cfg.max_steps + 1):
+            signum = pending_stop()
+            if signum is not None:  # Ctrl-C / SIGTERM: nothing to checkpoint yet, so stop now, not in 60 s
+                log(f"[scalerl] warm start stopped by signal {signum} at step {step}; nothing cached")
+                raise SystemExit(exit_code(signum))
             ids, attn, lmask = sft_batch(tok, [next(stream) for _ in range(cfg.batch_size)], device)
             logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
             loss = -(token_logprobs(logits, ids[:, 1:]) * lmask).sum() / lmask.sum()

@@ -1,0 +1,76 @@
+"""A stopped run is not a finished one (issue 29 point 10).
+
+Ctrl-C or SIGTERM: the run checkpoints, then exits 130 / 143 (128 + the signal), as shells and
+schedulers expect; at a01f570 it exited 0.  SIGTERM during the warm start stops it at once; at
+a01f570 it was ignored until the warm start ended (60 s and more).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+from scalerl.train.signals import StopRequest, exit_code, pending_stop, received_signal
+
+pytestmark = pytest.mark.slow
+RUN = ["train.steps=400", "train.eval_every=2", "train.threads=1", "logger=none", "async=sync",
+       "task.think=0", "length.max_new_tokens=8"]
+
+
+def start(tmp_path, cache):
+    env = {**os.environ, "SCALERL_OUTPUT": str(tmp_path / "out"), "SCALERL_CACHE": str(cache), "SCALERL_NO_BAR": "1"}
+    log = tmp_path / "run.log"
+    proc = subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *RUN], cwd=REPO, env=env,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def wait_for(condition, proc, log, timeout=600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} early:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"timed out:\n{log.read_text()[-3000:]}")
+
+
+def test_sigterm_mid_run_checkpoints_and_exits_143(tmp_path):
+    proc, log = start(tmp_path, os.environ["SCALERL_CACHE"])       # the session's warm start, cached
+    metrics = lambda: list((tmp_path / "out").rglob("metrics.jsonl"))       # noqa: E731
+    wait_for(lambda: metrics() and metrics()[0].read_text().count("\n") >= 2, proc, log)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
+    assert "(interrupted); relaunch the same command to resume" in log.read_text()
+    assert list((tmp_path / "out").rglob("checkpoints/step_*"))
+
+
+def test_sigterm_during_the_warm_start_stops_it_at_once(tmp_path):
+    proc, log = start(tmp_path, tmp_path / "fresh-cache")           # no cached warm start: it runs
+    wait_for(lambda: "warm start: SFT until" in log.read_text(), proc, log)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
+    assert time.monotonic() - sent < 30, "the warm start ignored SIGTERM"
+    assert "warm start stopped by signal 15" in log.read_text()
+
+
+def test_exit_codes_and_pending_stop_follow_the_signal():
+    assert exit_code(signal.SIGINT) == 130 and exit_code(signal.SIGTERM) == 143 and exit_code(None) == 130
+    stop = StopRequest().install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.signum == signal.SIGTERM and pending_stop() == signal.SIGTERM
+    finally:
+        stop.restore()
+    assert received_signal() == signal.SIGTERM        # still known to the entry point after restore
+    StopRequest().install().restore()                   # the next run starts with none
+    assert received_signal() is None and pending_stop() is None
