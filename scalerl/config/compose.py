@@ -2,13 +2,15 @@
 composition errors into a ``ConfigError`` that names the key to fix."""
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import re
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
-from omegaconf.errors import ConfigAttributeError, ReadonlyConfigError
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ReadonlyConfigError
 
 from scalerl.config.groups import OPTION_GROUPS
 from scalerl.config.store import register_schemas
@@ -24,26 +26,50 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
         return hydra_compose(config_name="config", overrides=list(overrides or []))
 
 
+def _keys_of(cause) -> list[str]:
+    """The keys of the node an attribute error was raised on (sorted; [] if unknown)."""
+    node = getattr(cause, "parent_node", None)
+    if node is None:
+        schema = getattr(cause, "object_type", None)
+        return sorted(f.name for f in dataclasses.fields(schema)) if dataclasses.is_dataclass(schema) else []
+    try:
+        return sorted(str(k) for k in node.keys())
+    except Exception:
+        return []
+
+
 def as_config_error(exc: Exception) -> ConfigError:
     """A Hydra or OmegaConf composition error, as one line that names the key."""
     if isinstance(exc, ConfigError):
         return exc
     cause = exc.__cause__
     key = getattr(cause, "full_key", None)
-    if isinstance(exc, MissingConfigException):
+    if isinstance(exc, (MissingConfigException, ConfigCompositionException)):
         found = re.search(r"Could not find '([\w/]+)/([^'/]+)'", str(exc))
         if found and found.group(1) in OPTION_GROUPS:
             group, name = found.groups()
             return ConfigError(group, f"unknown option {name!r}; choose from {sorted(OPTION_GROUPS[group])}")
+        if found and (conf_dir() / found.group(1)).is_dir():     # a preset group such as recipe
+            group, name = found.groups()
+            known = sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+            return ConfigError(group.replace("/", "."), f"unknown option {name!r}; choose from {known}")
     if key and isinstance(cause, ReadonlyConfigError) and key.endswith(".name"):
         group = key.rsplit(".", 1)[0]
         return ConfigError(key, f"is set by choosing the option (`{group}=<option>`), not by overriding the name")
-    if key and isinstance(cause, ConfigAttributeError):
+    if key and isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         group, leaf = key.split(".", 1)[0], key.rsplit(".", 1)[-1]
         schema = getattr(cause, "object_type", None)
         option = next((n for n, o in OPTION_GROUPS.get(group, {}).items() if o.schema is schema), None)
         where = f"{group}={option}" if option else (getattr(schema, "__name__", None) or group)
-        return ConfigError(key, f"`{leaf}` is not a setting of {where}")
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        known = _keys_of(cause)
+        close = difflib.get_close_matches(leaf, known, n=1)
+        if schema is None or schema is dict:          # a mapping (task.mix): its keys are the choices
+            return ConfigError(key, f"`{leaf}` is not one of {parent or 'the config'}'s keys {known}",
+                               f"did you mean `{parent}.{close[0]}`?" if close else f"use one of {known}")
+        fix = f"did you mean `{parent + '.' if parent else ''}{close[0]}=...`?" if close else (
+            f"the settings there are {known}" if known else None)
+        return ConfigError(key, f"`{leaf}` is not a setting of {where}", fix)
     if key:
         return ConfigError(key, str(cause).splitlines()[0])
     if isinstance(exc, OverrideParseException):

@@ -54,7 +54,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     temperature: float = 1.0
     eval_every: int = 20
-    """Steps between held-out evals (the embedded default's 31 points per curve: docs/embedded.md)."""
+    """Steps between held-out evals (the embedded default's 31 points per curve: docs/embedded.md).
+    Above train.steps is allowed: the run evaluates at step 0 and its last step only (smoke tests)."""
     eval_samples: int = 2
     """Samples per held-out prompt; the pass rate is their mean (paper: 16)."""
     ckpt_every: int = 25

@@ -48,10 +48,38 @@ def expand_spec(spec: dict) -> list[list[str]]:
     return [merge(e, c) for e in explicit for c in combos]
 
 
+PLACEMENT = ("hydra.sweep", "hydra.run", "hydra.output_subdir", "hydra.runtime", "out_root")
+"""Keys a study may not set: where outputs go is the command line's choice (``out_root=``), so a
+study file someone sends you cannot write outside ``<out_root>/sweeps/<study>/``."""
+
+
+def read_spec(path: Path) -> dict:
+    """A study file's mapping; ConfigError naming the file for bad YAML, a non-mapping or a placement key."""
+    try:
+        spec = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        raise ConfigError("sweep", f"study file {str(path)!r}{line} is not valid YAML"
+                          f" ({str(getattr(e, 'problem', None) or e).splitlines()[0]})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("sweep", f"cannot read study file {str(path)!r}: {e}") from None
+    if not isinstance(spec, dict):
+        raise ConfigError("sweep", f"study file {str(path)!r} must be a mapping with `grid` and/or `arms`")
+    keys = [*(spec.get("grid") or {})] if isinstance(spec.get("grid") or {}, dict) else []
+    for arm in spec.get("arms") or []:
+        keys += [_key(str(o)) for o in (arm.get("overrides", []) if isinstance(arm, dict) else [])]
+    placed = sorted({k for k in keys if k.startswith(PLACEMENT)})
+    if placed:
+        raise ConfigError("sweep", f"study file {str(path)!r} sets {', '.join(placed)}: a study cannot choose where"
+                          " its outputs go", "remove it from the file; give out_root=... on the command line instead")
+    return spec
+
+
 def load_study(names: list[str]) -> tuple[str, list[list[str]]]:
     arms: list[list[str]] = [[]]
     for name in names:
-        spec = yaml.safe_load(find_study(name).read_text()) or {}
+        spec = read_spec(find_study(name))
         arms = [merge(a, b) for a in arms for b in expand_spec(spec)]
     return "+".join(Path(n).stem for n in names), arms
 

@@ -33,7 +33,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 from rich.console import Console
 from rich.table import Table
 
-from scalerl.config import ConfigError, as_config_error, check, validate
+from scalerl.config import ConfigError, as_config_error, check, check_environment, validate
 from scalerl.config.derive import derive
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
@@ -102,12 +102,21 @@ def _key(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0]
 
 
+def _trains_here(cfg) -> bool:
+    """The arms train on this machine (the local and submitit-local launchers)."""
+    target = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
+    return "Slurm" not in target
+
+
 def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: bool = True) -> list[Arm]:
     arms = []
     for overrides in overrides_list:
         try:
             cfg = config_loader.load_sweep_config(config, list(overrides))
-            derive(validate(job_config(cfg)), world_size=launcher_world_size(cfg))
+            obj = validate(job_config(cfg))
+            derive(obj, world_size=launcher_world_size(cfg))
+            if _trains_here(cfg):  # a SLURM sweep's arms run elsewhere: their machine is checked there
+                check_environment(obj)
             run_dir = rundir.sweep_run_dir(cfg)
             arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg), arm_hash=rundir.arm_hash(cfg))
             if reuse and arm.state == "pending":

@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from scalerl.config import ConfigError, validate
+from scalerl.config import ConfigError, check_environment, validate
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
@@ -105,6 +105,7 @@ def run_arm(cfg: DictConfig) -> dict:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         obj = validate(cfg)
+        check_environment(obj)  # CUDA, vLLM: before the run directory fills and the warm start runs
     except ConfigError as e:
         if HydraConfig.get().mode == RunMode.RUN:  # one run: the message alone, exit 2, no empty run directory
             _discard_if_empty(run_dir)
