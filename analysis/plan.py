@@ -62,15 +62,16 @@ def plan(points, budget, options: FitOptions = FitOptions(), fits=None) -> pd.Da
             "A_unidentified" if fitted else max(set(statuses), key=statuses.count))
         last = max((f.last_compute for f in fitted), default=NAN)
         rep = _replicates(fitted, budget)
-        if rep.size > 1:
+        trusted = status == "ok" or (bool(fitted) and budget <= last)   # within the data, any fit will do
+        if rep.size > 1 and trusted:
             draws[arm] = rep
         lo, hi = (np.percentile(rep, [50 * (1 - options.level), 50 * (1 + options.level)])
                   if rep.size > 1 else (NAN, NAN))
         note = ""
         if not fitted:
             note = f"no fit ({'; '.join(sorted(set(statuses)))})"
-        elif status != "ok" and budget > last:
-            note = "A not identified: the forecast past the data is not to be trusted"
+        elif not trusted:
+            note = "A not identified: the forecast past the data is not to be trusted (no P(best))"
         row = {"arm": arm, "runs": ";".join(members), "n_seeds": len(members), "status": status,
                "pred": float(np.mean([f.predict(budget) for f in fitted])) if fitted else NAN,
                "pred_lo": float(lo), "pred_hi": float(hi), "p_best": NAN, "budget": float(budget),
@@ -120,6 +121,8 @@ def plot_plan(table, fits, data, budget, *, level, title="plan", axis_label="com
             return fig
         x_lo, x_hi = span
         xs = np.geomspace(x_lo, x_hi, 300)
+        tops = [float(np.nanmax(R)) for C, R in data.values() if np.isfinite(R).any()]
+        lows = [float(np.nanmin(R)) for C, R in data.values() if np.isfinite(R).any()]
         for color, row in zip(colors(len(table)), table.itertuples()):
             members = str(row.runs).split(";")
             for m in members:
@@ -128,21 +131,27 @@ def plot_plan(table, fits, data, budget, *, level, title="plan", axis_label="com
             member_fits = [fits[m] for m in members if fits[m].fitted]
             if not member_fits:
                 continue
-            y = np.mean([f.predict(xs) for f in member_fits], axis=0)
-            boots = [sigmoid(xs[None, :], *(f.boot[:, k:k + 1] for k in range(4)))
+            last = row.last_compute
+            trusted = row.status == "ok" or budget <= last
+            shown = xs if trusted else xs[xs <= last]      # no forecast past the data for an unidentified A
+            y = np.mean([f.predict(shown) for f in member_fits], axis=0)
+            boots = [sigmoid(shown[None, :], *(f.boot[:, k:k + 1] for k in range(4)))
                      for f in member_fits if f.boot.shape[0] > 1]
-            if boots:
+            if boots and shown.size:
                 n = min(b.shape[0] for b in boots)
                 lo, hi = np.nanpercentile(np.mean([b[:n] for b in boots], axis=0),
                                           [50 * (1 - level), 50 * (1 + level)], axis=0)
-                ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
-            last = row.last_compute
-            style = "-" if row.status == "ok" else ":"     # an unidentified A: dotted even over the data
-            ax.plot(xs[xs <= last], y[xs <= last], style, color=color)
+                ax.fill_between(shown, np.clip(lo, 0, 1), np.clip(hi, 0, 1), color=color, alpha=0.15, linewidth=0)
+                tops.append(float(np.nanmax(hi[shown <= last])) if (shown <= last).any() else np.nan)
+            style = "-" if row.status == "ok" else "-."     # an unidentified A: dash-dot even over the data
             p = f", P(best) {row.p_best:.2f}" if np.isfinite(row.p_best) else ""
-            ax.plot(xs[xs >= last], y[xs >= last], "--", color=color,
-                    label=f"{str(row.runs)[:40]}: {row.pred:.3f}{p}")
-            if np.isfinite(row.pred_lo):
+            name = str(row.runs)[:40]
+            ax.plot(shown[shown <= last], y[shown <= last], style, color=color,
+                    label=None if trusted else f"{name}: A not identified, no forecast")
+            if trusted:
+                ax.plot(shown[shown >= last], y[shown >= last], "--", color=color, label=f"{name}: {row.pred:.3f}{p}")
+            if trusted and np.isfinite(row.pred_lo):
+                tops.append(row.pred_hi)
                 ax.errorbar([budget], [row.pred], yerr=[[row.pred - row.pred_lo], [row.pred_hi - row.pred]],
                             fmt="o", color=color, capsize=3, markersize=4)
         ax.axvline(budget, color="black", linestyle="-.", linewidth=1)
@@ -150,10 +159,13 @@ def plot_plan(table, fits, data, budget, *, level, title="plan", axis_label="com
                     xytext=(3, 0), textcoords="offset points", fontsize=8, va="top")
         ax.set_xscale("log")
         ax.set_xlim(x_lo, x_hi)
+        top, low = np.nanmax(tops + [0.0]), np.nanmin(lows + [1.0])
+        pad = 0.08 * max(top - low, 0.05)
+        ax.set_ylim(max(low - pad, 0.0), min(top + pad, 1.0))   # what the data and trusted forecasts support
         ax.set_xlabel(axis_label)
         ax.set_ylabel("held-out pass rate")
         ax.set_title(f"{title}: predicted reward out to the budget (dashed: past the data;"
-                     f" band: {100 * level:.0f}% bootstrap)")
+                     f" band: {100 * level:.0f}% bootstrap; dash-dot: A not identified)")
         ax.legend(loc="upper left", fontsize=8)
     return fig
 

@@ -7,7 +7,9 @@ Drawing conventions, shared by all figures:
     filled dots   points the fit used
     hollow grey   points below the compute threshold (paper §1: early points excluded)
     hollow color  points after fit_until, i.e. what the fit had to predict
+    dotted line   the fitted curve below the cut-off, where it was not fitted
     solid line    the fitted curve over the fitted window; dashed where it extrapolates
+    dash-dot      an unidentified fit (A_unidentified): over its fitted window only, never extrapolated
     shaded band   pointwise bootstrap interval of the curve
 """
 from __future__ import annotations
@@ -66,18 +68,25 @@ def compute_span(data, reach=0.0):
 
 
 def _draw_curve(ax, fit, x_lo, x_hi, color, band=True, label=None):
-    """Fitted curve: dotted below the cut-off, solid over the window, dashed beyond."""
+    """Fitted curve: dotted below the cut-off, solid over the window, dashed beyond.
+
+    An unusable fit (A not identified) is drawn thin over its fitted window only: past the
+    data it would promise a reward nothing supports, and without a band it would look sure.
+    """
     xs = np.geomspace(x_lo, x_hi, 300)
     start, end = fit.min_compute if fit.min_compute > 0 else x_lo, fit.last_compute
-    if band and fit.boot.shape[0] > 1:
+    if not fit.usable:
+        xs = xs[xs <= end]
+    if band and fit.boot.shape[0] > 1 and xs.size:
         lo, hi = fit.band(xs)
         ax.fill_between(xs, lo, hi, color=color, alpha=0.18, linewidth=0)
     y = fit.predict(xs)
-    for mask, style, width, lab in ((xs <= start, ":", 1.2, None),
-                                    ((xs >= start) & (xs <= end), "-", 2.0, label),
-                                    (xs >= end, "--", 2.0, None)):
+    width = 2.0 if fit.usable else 1.2
+    for mask, style, lw, lab in ((xs <= start, ":", 1.2, None),
+                                 ((xs >= start) & (xs <= end), "-" if fit.usable else "-.", width, label),
+                                 (xs >= end, "--", width, None)):
         if mask.any():
-            ax.plot(xs[mask], y[mask], style, color=color, linewidth=width, label=lab)
+            ax.plot(xs[mask], y[mask], style, color=color, linewidth=lw, label=lab)
 
 
 def plot_run(fit, compute, reward, *, title, axis_label="compute", target_compute=None):
@@ -141,7 +150,7 @@ def plot_run(fit, compute, reward, *, title, axis_label="compute", target_comput
             ax.set_ylim(bottom - 0.05 * span, top + 0.3 * span)        # room for the text box
         ax.set_title(f"{title}   [{fit.status}]", color="black" if fit.usable else BAD)
         handles, labels = ax.get_legend_handles_labels()
-        if fit.fitted:
+        if fit.usable:
             handles.append(Line2D([], [], color=color, linestyle="--"))
             labels.append("extrapolation")
         if fit.boot.shape[0] > 1:
@@ -197,9 +206,14 @@ def plot_overview(board, fits, data, *, title="sweep", axis_label="compute", max
         ax.set_xlim(x_lo, x_hi)
         ax.set_xlabel(axis_label)
         ax.set_ylabel("held-out pass rate")
-        ax.set_title(f"{title}: reward vs compute (solid = fitted window, dashed = extrapolated)")
-        ax.legend(handles, labels, loc="upper left" if wide else "lower right",
-                  bbox_to_anchor=(1.01, 1.0) if wide else None, fontsize=8)
+        ax.set_title(f"{title}: reward vs compute")
+        handles += [Line2D([], [], color=GREY, linestyle=":", linewidth=1.2),
+                    Line2D([], [], color=GREY, linestyle="-", linewidth=2),
+                    Line2D([], [], color=GREY, linestyle="--", linewidth=2),
+                    Line2D([], [], color=GREY, linestyle="-.", linewidth=1.2)]
+        labels += ["below the fit cut-off (early points, not fitted; paper §1)", "fitted window",
+                   "extrapolated (identified fits only)", "A not identified: fitted window only"]
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)   # off the data
     return fig
 
 
@@ -269,21 +283,33 @@ def plot_extrapolation(per_run, aggregate, *, within=0.02):
         if has.empty:
             ax.text(0.5, 0.5, "no predictions", ha="center", transform=ax.transAxes)
             return fig
-        lo = min(has["pred_final"].min(), has["obs_final"].min()) - 0.03
-        hi = max(has["pred_final"].max(), has["obs_final"].max()) + 0.03
+        ends = [has[c] for c in ("pred_final", "obs_final", "pred_final_lo", "pred_final_hi") if c in has]
+        lo = max(min(float(np.nanmin(e)) for e in ends) - 0.03, 0.0)
+        hi = min(max(float(np.nanmax(e)) for e in ends) + 0.03, 1.0)
         grid = np.array([lo, hi])
         ax.fill_between(grid, grid - within, grid + within, color="#4c72b0", alpha=0.12, linewidth=0,
                         label=f"within ±{within}")
         ax.plot(grid, grid, color="black", linewidth=1)
         for status, group in has.groupby("status"):
+            color = "#4c72b0" if status in USABLE else BAD
+            pred = group["pred_final"].to_numpy(float)
+            p_lo = group["pred_final_lo"].to_numpy(float) if "pred_final_lo" in group else np.full(pred.size, np.nan)
+            p_hi = group["pred_final_hi"].to_numpy(float) if "pred_final_hi" in group else np.full(pred.size, np.nan)
+            bars = np.isfinite(p_lo) & np.isfinite(p_hi)
+            if bars.any():      # the forecast's prediction interval (analysis.extrapolation.final_band)
+                ax.errorbar(group["obs_final"].to_numpy(float)[bars], pred[bars],
+                            yerr=[(pred - p_lo)[bars].clip(min=0), (p_hi - pred)[bars].clip(min=0)],
+                            fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.6)
             ax.scatter(group["obs_final"], group["pred_final"], s=22, label=status,
-                       color="#4c72b0" if status in USABLE else BAD, alpha=0.85, linewidths=0)
+                       color=color, alpha=0.85, linewidths=0, zorder=3)
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_aspect("equal")
-        ax.set_xlabel(f"observed final reward (mean of last {aggregate['n_final']} evals)")
-        ax.set_ylabel(f"predicted from first {100 * aggregate['fraction']:.0f}% of compute")
+        ax.set_xlabel(f"observed final pass rate (mean of last {aggregate['n_final']} evals)")
+        ax.set_ylabel(f"predicted from first {100 * aggregate['fraction']:.0f}% of compute (bars: 95% interval)")
+        cover = (f", interval covers {aggregate['n_covered']}/{aggregate['n_interval']}"
+                 if aggregate.get("n_interval") else "")
         ax.set_title(f"extrapolation: {100 * aggregate['frac_within']:.0f}% within ±{within},"
-                     f" median error {aggregate['median_abs_error']:.3f}")
+                     f" median error {aggregate['median_abs_error']:.3f}{cover}")
         ax.legend(loc="upper left")
     return fig
