@@ -147,8 +147,10 @@ def extrapolation_check(points, fraction=0.5, options: FitOptions = FitOptions()
                      "covered": covered,
                      "abs_error": abs(pred - obs), "beyond": last / cut[run] if cut[run] > 0 else np.nan,
                      "A": fit.A if fit.usable else np.nan, "B": fit.B, "C_mid": fit.C_mid, "last_compute": last,
-                     "pred_final_power_law": pred_pl, "abs_error_power_law": abs(pred_pl - obs)})
+                     "status_power_law": power.status, "pred_final_power_law": pred_pl,
+                     "abs_error_power_law": abs(pred_pl - obs)})
     per_run = pd.DataFrame(rows, columns=[
         "run", "fraction", "fit_until", "status", "pred_final", "pred_final_lo", "pred_final_hi", "obs_final",
-        "covered", "abs_error", "beyond", "A", "B", "C_mid", "last_compute", "pred_final_power_law", "abs_error_power_law"])
+        "covered", "abs_error", "beyond", "A", "B", "C_mid", "last_compute", "status_power_law", "pred_final_power_law",
+        "abs_error_power_law"])
     return ExtrapolationCheck(per_run, summarize(per_run, fraction, n_final), options.level)

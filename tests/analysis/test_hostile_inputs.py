@@ -135,6 +135,7 @@ def test_a_declining_run_is_decreasing_for_the_power_law_and_extrapolate_does_no
     make_run("sweep/cispo", compute=compute, reward=reward)
     assert main(["extrapolate", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "20",
                  "--plots", "none", "--quiet"]) == 0
+    assert pd.read_csv(tmp_path / "out" / "extrapolation.csv")["status_power_law"].tolist() == ["decreasing"]
 
 
 # ------------------------------------------------------------------ point 4: plan keeps an old plan
