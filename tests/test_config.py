@@ -4,7 +4,7 @@ values fail before launch naming the key."""
 import dataclasses
 
 import pytest
-from helpers import cli as run_cli, REPO  # cli: the entry point in a forked process, without re-importing scalerl
+from helpers import REPO, cli as run_cli  # cli: the entry point in a forked process, without re-importing scalerl
 from omegaconf import OmegaConf
 
 from scalerl.config import ConfigError, as_config_error, compose, validate

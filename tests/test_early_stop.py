@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers import popen_cli, read_rows, run_cli, wait_for
+from helpers import cli as run_cli, popen_cli, read_rows, wait_for  # cli: the entry point in a forked process, without re-importing scalerl
 
 from analysis.stopping import StopRule
 from analysis.synthetic import simulate_curve

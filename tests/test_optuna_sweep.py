@@ -4,7 +4,7 @@ import json
 
 import optuna
 import pytest
-from helpers import plant_leading_trial, read_rows, run_cli
+from helpers import cli as run_cli, plant_leading_trial, read_rows  # cli: the entry point in a forked process, without re-importing scalerl
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from scalerl.core.errors import ConfigError

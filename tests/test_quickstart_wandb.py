@@ -9,7 +9,7 @@ import json
 import shlex
 
 import pytest
-from helpers import read_rows, run_cli
+from helpers import cli as run_cli, read_rows  # cli: the entry point in a forked process, without re-importing scalerl
 from wandb_records import summary
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers import cli as run_cli, REPO  # cli: the entry point in a forked process, without re-importing scalerl
+from helpers import REPO, cli as run_cli  # cli: the entry point in a forked process, without re-importing scalerl
 
 import scalerl.loggers.base
 import scalerl.loggers.wandb_logger
