@@ -9,6 +9,7 @@ import pytest
 
 from scalerl.core.jsonio import JsonlFile
 from scalerl.tasks.arith import ArithConfig, ProblemStream, build_arith, demonstration, make_problem, scratchpad
+from scalerl.length.interrupt import PAPER_PHRASE
 from scalerl.tasks.rewards import exact_match_reward
 from scalerl.train.loop import train
 
@@ -49,6 +50,17 @@ def test_every_thinking_demonstration_is_right_and_graded_on_its_answer():
     assert exact_match_reward("0559<eos>", "0559") == 1.0
 
 
+def test_an_interrupted_demonstration_answers_right_after_the_papers_phrase():
+    p = make_problem("add3", random.Random(1))
+    demo = demonstration(p, True, cut=2).answer
+    # Two of three columns, then the phrase (which ends the thought), then the full answer.
+    assert demo.count("=") == 2 and demo.endswith(PAPER_PHRASE + p.answer), demo
+    assert exact_match_reward(demo + "<eos>", p.answer) == 1.0
+    data = build_arith(ArithConfig(name="arith", mix={"add3": 1.0}, think=1.0, interrupted=0.5, n_train=8, n_heldout=8))
+    cut = sum(PAPER_PHRASE in d.answer for d, _ in zip(data.sft_stream(0), range(1000)))
+    assert 430 < cut < 570, cut
+
+
 def test_the_think_fraction_sets_how_many_demonstrations_think():
     data = build_arith(ArithConfig(name="arith", mix={"add3": 0.8, "mul2": 0.2}, think=0.3, n_train=64, n_heldout=64))
     demos = [d for d, _ in zip(data.sft_stream(3), range(4000))]
@@ -77,16 +89,19 @@ def _rows(default_cfg, tmp_path, name, *overrides):
 @pytest.mark.slow
 def test_the_length_axis_acts_on_the_defaults_thinking(default_cfg, tmp_path):
     """On the default (reasoning) shape: completions think for a few dozen tokens, the truncation rate
-    answers to length.max_new_tokens, and an interruption turns a cut-off thought into an answer."""
+    answers to length.max_new_tokens, and an interruption closes a cut-off thought with an answer."""
     one = ["train.steps=1", "train.eval_every=1", "train.eval_samples=1", "async=sync"]
     full = _rows(default_cfg, tmp_path, "full", *one, "length=truncate")
     short = _rows(default_cfg, tmp_path, "short", *one, "length=truncate", "length.max_new_tokens=20")
     cut = _rows(default_cfg, tmp_path, "cut", *one, "length=interrupt", "length.max_new_tokens=20")
     r_full, r_short, r_cut = full[0], short[0], cut[0]
+    print(f"\nstep 0: full {r_full}\nshort {r_short}\ncut {r_cut}\nstep 1 interrupt_rate {cut[1]['interrupt_rate']}")
     assert r_full["response_length/arith"] >= 24  # the median completion thinks (docs/embedded.md)
-    assert r_full["truncation_rate/arith"] < 0.05 < 0.3 < r_short["truncation_rate/arith"]
-    # Interrupted at 16-20 tokens, a thought is closed by the phrase and answered: no truncation,
-    # and some of those answers are right, where the truncated ones score nothing.
-    assert r_cut["truncation_rate/arith"] < 0.05
-    assert r_cut["pass_rate"] >= r_short["pass_rate"]
+    # A tail reaches the 64-token budget (the warm start's rambling thoughts), most of it does not;
+    # at 20 tokens every thought is cut.
+    assert 0.0 < r_full["truncation_rate/arith"] < 0.15 < 0.5 < r_short["truncation_rate/arith"]
+    # Interrupted at 16-20 tokens, a thought is closed by the phrase and answered within the answer
+    # budget instead of running out (a first column is too little scratchpad for a right answer).
+    assert r_cut["truncation_rate/arith"] < 0.1 < 0.5 < r_short["truncation_rate/arith"]
+    assert r_cut["response_length/arith"] > r_short["response_length/arith"] + 30  # the phrase and the answer
     assert cut[1]["interrupt_rate"] > 0.2

@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 
 from scalerl.core.errors import check
+from scalerl.length.interrupt import PAPER_PHRASE
 from scalerl.tasks.base import Grades, Problem, TaskConfig, TaskData, reward_value
 from scalerl.tasks.rewards import THINK_END, THINK_START, exact_match_reward
 
@@ -49,6 +50,10 @@ class ArithConfig(TaskConfig):
     think: float = 0.0
     """Fraction of warm-start demonstrations that think (a scratchpad of column sums) before answering
     additions; the rest answer directly. 0: answers only, the completions are a few tokens."""
+    interrupted: float = 0.1
+    """Fraction of thinking demonstrations cut short after a random column by the paper's interruption
+    phrase, then answered: a tiny model has never read English, so it learns here that an answer
+    follows the phrase (length=interrupt, arXiv 2510.13786 §3.2)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,6 +64,7 @@ class ArithConfig(TaskConfig):
         check(self.n_train > 0, "task.n_train", f"must be > 0, got {self.n_train}")
         check(self.n_heldout > 0, "task.n_heldout", f"must be > 0, got {self.n_heldout}")
         check(0.0 <= self.think <= 1.0, "task.think", f"must be a fraction in [0, 1], got {self.think}")
+        check(0.0 <= self.interrupted <= 1.0, "task.interrupted", f"must be a fraction in [0, 1], got {self.interrupted}")
 
 
 def make_problem(kind: str, rng: random.Random) -> Problem:
@@ -91,23 +97,33 @@ def scratchpad(prompt: str) -> str:
     return " ".join(cols)
 
 
-def demonstration(p: Problem, thinks: bool) -> Problem:
+def demonstration(p: Problem, thinks: bool, cut: int = 0) -> Problem:
     """The warm start's target for ``p``: its scratchpad in a thinking block, then the answer; or the
-    answer alone (no scratchpad for the operator, or ``thinks`` false).
+    answer alone (no scratchpad for the operator, or ``thinks`` false). ``cut > 0`` keeps only that
+    many columns and closes the thought with the interruption phrase instead.
 
     >>> demonstration(make_problem("add2", random.Random(0)), True).answer
     '<think>9+7+0=16 4+9+1=14</think>146'
+    >>> demonstration(make_problem("add2", random.Random(0)), True, cut=1).answer[:30]
+    '<think>9+7+0=16 Okay, time is '
     """
     pad = scratchpad(p.prompt) if thinks else ""
-    return Problem(prompt=p.prompt, answer=f"{THINK_START}{pad}{THINK_END}{p.answer}" if pad else p.answer,
+    if pad and cut:
+        thought = " ".join(pad.split(" ")[:cut]) + " " + PAPER_PHRASE.removesuffix(THINK_END)
+    else:
+        thought = pad
+    return Problem(prompt=p.prompt, answer=f"{THINK_START}{thought}{THINK_END}{p.answer}" if pad else p.answer,
                    kind=p.kind, task=p.task, uid=p.uid)
 
 
-def demonstrations(stream: "ProblemStream", think: float, seed: int):
+def demonstrations(stream: "ProblemStream", think: float, interrupted: float, seed: int):
     """Warm-start problems whose ``answer`` is the completion to imitate (``TaskData.sft_stream``)."""
     rng = random.Random(seed)
     for p in stream:
-        yield demonstration(p, rng.random() < think)
+        thinks = rng.random() < think
+        columns = KINDS[p.kind][1]
+        cut = rng.randrange(1, columns) if thinks and columns > 1 and rng.random() < interrupted else 0
+        yield demonstration(p, thinks, cut)
 
 
 class ProblemStream:
@@ -152,7 +168,7 @@ def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
         score=lambda texts, problems: _grade(cfg, [exact_match_reward(t, p.answer) == 1.0 for t, p in zip(texts, problems)]),
         # Warm-start (SFT) data: fresh problems, never the held-out split.
         sft_stream=lambda seed: demonstrations(ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
-                                               cfg.think, seed),
+                                               cfg.think, cfg.interrupted, seed),
         names=("arith",),
         correct_reward=cfg.correct_reward,
         wrong_reward=cfg.wrong_reward,
