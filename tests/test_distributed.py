@@ -237,13 +237,15 @@ def test_a_sweep_under_torchrun_is_refused_with_a_clear_error(tmp_path):
 def test_micro_batches_on_two_ranks_reproduce_one_forward_on_one_rank(tiny_cfg, tmp_path):
     """``train.micro_batch_tokens`` on 2 ranks (rows bucketed into micro-batches of at most 24
     padded tokens, ranks padding to the same micro-batch count), with per-layer activation
-    checkpointing under FSDP2 and the meta-device, unit-by-unit load, against one forward per
+    checkpointing under FSDP2, the LM head in chunks of 7 positions (under FSDP2's root unit)
+    and the meta-device, unit-by-unit load, against one forward per
     minibatch on 1 rank: the same samples, losses and weights to float rounding."""
     steps = 4
     args = [*TINY, f"train.steps={steps}", f"train.eval_every={steps}", "train.export_policy=true"]
     one = tmp_path / "one"
     train(tiny_cfg(*args), one, run_name="one", group="test", config_dict={})
-    torchrun([*args, "train.micro_batch_tokens=24", "model.activation_checkpointing=true"], tmp_path / "two")
+    torchrun([*args, "train.micro_batch_tokens=24", "model.activation_checkpointing=true", "train.head_chunk=7"],
+             tmp_path / "two")
     sa, sb = read_rows(one / "steps.jsonl"), read_rows(tmp_path / "two" / "steps.jsonl")
     assert [r["step"] for r in sa] == [r["step"] for r in sb] == list(range(1, steps + 1))
     for ra, rb in zip(sa, sb):
