@@ -41,3 +41,19 @@ def test_the_readme_main_command_is_the_pipeline_rl_loss_sweep():
     text = (REPO / "README.md").read_text()
     main = "pip install torch==2.13.0 && pip install -e '.[cpu]' && python -m scalerl.sweep -m loss=cispo,dapo,gspo\n"
     assert main in text and "async=sync" not in text.split("<!-- test-command -->")[0]
+
+
+def test_the_readme_sweep_commands_expand_and_validate(tmp_path):
+    # Every `python -m scalerl.sweep` line of the README (the main job, a study, SLURM) composes
+    # and validates all of its arms: `--dry-run` launches nothing.
+    import shlex
+
+    from helpers import cli
+
+    text = (REPO / "README.md").read_text()
+    lines = [line.split("python -m scalerl.sweep", 1)[1] for line in text.splitlines()
+             if "python -m scalerl.sweep -m" in line and not line.lstrip().startswith("#")]
+    assert len(lines) >= 3, lines
+    for i, line in enumerate(lines):
+        proc = cli([*shlex.split(line), "--dry-run"], tmp_path / str(i))
+        assert "pending" in proc.stdout, (line, proc.stdout[-2000:], proc.stderr[-2000:])
