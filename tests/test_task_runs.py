@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import REPO, run_cli
+from helpers import REPO, cli as run_cli  # cli: the entry point in a forked process, without re-importing scalerl
 from taskdata import MATH_ROWS, write_jsonl
 
 from scalerl.config import ConfigError
