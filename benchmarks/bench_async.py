@@ -2,8 +2,8 @@
 
     python benchmarks/bench_async.py [--steps 60] [--threads 2] [--max-lag 8] [--split 1+1]
 
-Both arms: the ScaleRL recipe on the embedded task (16 prompts x 16
-generations, the batch of the recorded results), the same seed, ``--threads``
+Both arms: the ScaleRL recipe on the embedded task (16 prompts x the default
+batch's generations), the same seed, ``--threads``
 cores in all. ``sync`` runs one process with all the threads and alternates
 generation and training;
 ``pipeline_rl`` overlaps a trainer and a generator process, with threads split

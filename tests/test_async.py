@@ -250,6 +250,18 @@ def test_pipeline_with_max_lag_0_reproduces_the_sync_run_bit_for_bit(tiny_cfg, t
 
 
 @pytest.mark.slow
+def test_pipeline_refills_like_the_in_process_rollout(tiny_cfg, tmp_path):
+    # DAPO dynamic sampling through the generator processes (train/rollout.py:refill, one loop for
+    # both schedules): at max_lag 0 the refilled batches, and so the run, equal the sync run's.
+    short = ["filter=dapo_dynamic", "train.steps=3", "train.eval_every=3"]
+    run(tiny_cfg(*short), tmp_path / "sync")
+    run(tiny_cfg(*short, "async=pipeline_rl", "async.max_lag=0", *FAST), tmp_path / "pipe")
+    sync = rows(tmp_path / "sync")
+    assert sum(s["effective_batch"] for s in sync) / 3 >= 12  # of 16: the refills replaced dropped groups
+    assert rows(tmp_path / "pipe") == sync
+
+
+@pytest.mark.slow
 def test_lag_bound_holds_with_fast_generators_and_with_slow_ones(tiny_cfg, tmp_path, monkeypatch):
     # Fast generators, slow trainer (two generator processes, always as far ahead as allowed):
     # every batch is exactly as stale as the bound allows, never more.

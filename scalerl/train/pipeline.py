@@ -35,7 +35,7 @@ from scalerl.asynchrony.base import Plan, within_lag
 from scalerl.generation.interface import Generation, SamplingParams, cat_generations
 from scalerl.generation.pool import GeneratorPool
 from scalerl.generation.worker import Shard, WorkerSpec
-from scalerl.train.rollout import Rollout, make_request, plan_rng, prompt_seeds, replace_groups, score
+from scalerl.train.rollout import Rollout, make_request, plan_rng, prompt_seeds, refill, score
 from scalerl.train.schedule import Batch, batch_stats
 from scalerl.train.weights import trainer_state_dict
 
@@ -156,15 +156,16 @@ class PipelineSchedule:
         depth = sum(self.pool.ready(self.jobs[s]) for s in range(step, self.dispatched + 1))
         ro, parts = self._receive(self.jobs.pop(step), step)
         clocks = [h for _, h in parts]
-        for round_ in range(1, r.recipe.refill_rounds + 1):  # DAPO dynamic sampling: refill groups the filter would drop
-            keep = r.recipe.keep(ro.rewards)
-            if bool(keep.all()):
-                break
-            ro_new, parts = self._receive(self._order(step, r.sampler.next(int((~keep).sum())), round_), step)
-            ro = replace_groups(ro, (~keep).nonzero().flatten().tolist(), ro_new)
+
+        def draw(round_: int, k: int) -> Rollout:  # DAPO dynamic sampling: k fresh groups from the generators
+            nonlocal clocks
+            fresh, parts = self._receive(self._order(step, r.sampler.next(k), round_), step)
             clocks = [h for _, h in parts]
             if self.dispatched == step:  # no later step drawn yet: the refill's prompts belong to this step
                 self.snapshots[step] = r.sampler.state_dict()
+            return fresh
+
+        ro = refill(ro, r.recipe.refill_rounds, r.recipe.keep, draw)
         self.wait_s = time.perf_counter() - t0
         fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.plan.max_lag).cpu()
         idle = []

@@ -159,16 +159,25 @@ def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, ste
     plan = plan_lengths(P * group, plan_rng(seed, step, 0)).select(slice(mine.start * group, mine.stop * group))
     idx = step_prompts[mine]
     ro = sample_and_score([task.train[i] for i in idx], idx, group, seeds=seeds, plan=plan, task=task, **gen_kw)
-    for r in range(1, refill_rounds + 1):
+
+    def draw(r: int, k: int) -> Rollout:
+        new_index = sampler.next(k)
+        return sample_and_score([task.train[i] for i in new_index], new_index, group, task=task,
+                                seeds=prompt_seeds(seed, step, r, k), plan=plan_lengths(k * group, plan_rng(seed, step, r)),
+                                **gen_kw)
+
+    return refill(ro, refill_rounds, keep_fn, draw)
+
+
+def refill(ro: Rollout, rounds: int, keep_fn, draw) -> Rollout:
+    """DAPO dynamic sampling: replace the groups the filter would drop (``keep_fn(rewards)`` false)
+    with ``draw(round, k)``'s k fresh groups, until every group has signal or ``rounds`` run out.
+    Both schedules refill through this: the in-process rollout and the generator processes."""
+    for r in range(1, rounds + 1):
         keep = keep_fn(ro.rewards)
         if bool(keep.all()):
             break
-        k = int((~keep).sum())
-        new_index = sampler.next(k)
-        fresh = sample_and_score([task.train[i] for i in new_index], new_index, group, task=task,
-                                 seeds=prompt_seeds(seed, step, r, k), plan=plan_lengths(k * group, plan_rng(seed, step, r)),
-                                 **gen_kw)
-        ro = replace_groups(ro, (~keep).nonzero().flatten().tolist(), fresh)
+        ro = replace_groups(ro, (~keep).nonzero().flatten().tolist(), draw(r, int((~keep).sum())))
     return ro
 
 
