@@ -190,12 +190,11 @@ class CompletionLogits(torch.nn.Module):
         cache = PrefixCache.of(cache)
         if isinstance(group, torch.Tensor):  # (N,) prompt index per row
             cache.batch_select_indices(group)
-            pmask, first = prompt_mask[group], h_prompt[group, -1:]
+            pmask = prompt_mask[group]
         else:
             if group > 1:
                 cache.batch_repeat_interleave(group)
             pmask = prompt_mask.repeat_interleave(group, 0)  # (N, W)
-            first = h_prompt[:, -1:].repeat_interleave(group, 0)  # last prompt position predicts token 0
         # Token t's logits come from position t-1, so the last token is not fed: nothing reads
         # its hidden state, and causal attention keeps it out of every earlier one. A 1-token
         # completion still runs the pass (its output unused): under FSDP2 every rank must run
@@ -204,6 +203,12 @@ class CompletionLogits(torch.nn.Module):
         mask = torch.cat([pmask, token_mask[:, :fed]], dim=1)  # (N, W+fed)
         pos = positions_from_mask(mask)[:, pmask.shape[1] :]
         h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
+        # The last prompt position predicts token 0. Taken after the completion pass, as always: the
+        # order the graph is built in fixes the order gradients are summed in, so the float rounding.
+        if isinstance(group, torch.Tensor):
+            first = h_prompt[group, -1:]
+        else:
+            first = h_prompt[:, -1:].repeat_interleave(group, 0)
         hidden = torch.cat([first, h[:, : tokens.shape[1] - 1]], dim=1)  # (N, T, H)
         weight = self.model.get_output_embeddings().weight
         if temperature is None:
