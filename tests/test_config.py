@@ -108,7 +108,7 @@ def test_command_line_beats_recipe():
     ("loss.eps_max=-1", "loss.eps_max"),
     ("batch.generations=0", "batch.generations"),
     ("batch.minibatches=3", "batch.minibatches"),
-    ("length.answer_budget=20", "length.answer_budget"),
+    ("length.answer_budget=100", "length.answer_budget"),
     ("train.lr=0", "train.lr"),
     ("filter.npr_threshold=1.5", "filter.npr_threshold"),
     ("+task.mix.div9=1.0", "task.mix"),

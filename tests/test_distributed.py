@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ANSWERS_ONLY
 from helpers import REPO, read_rows
 from safetensors.torch import load_file
 
@@ -27,7 +28,7 @@ from scalerl.train.update import minibatch_groups
 
 # Small and fast, but the ScaleRL recipe (default filter zero_variance_npr, interruptions),
 # synchronous: generator processes serve one trainer rank for now (docs/async.md).
-TINY = ["logger=none", "train.threads=1", "async=sync", "batch.prompts=8", "batch.generations=8",
+TINY = ["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, "batch.prompts=8", "batch.generations=8",
         "batch.minibatches=2", "train.eval_samples=1"]
 STEPS = 24
 COMPARED = ("train_reward", "response_length", "effective_batch", "truncation_rate", "interrupt_rate")
@@ -203,7 +204,8 @@ def test_two_rank_run_with_the_default_filter_finishes_hundreds_of_steps(tmp_pat
     2 ranks, and the rank with an empty minibatch crashed. A tiny batch (2 prompts per rank)
     makes uneven splits common; evaluation is rare and small to keep this affordable."""
     run_dir = tmp_path / "long"
-    torchrun(["logger=none", "train.threads=1", "async=sync", "batch.prompts=4", "batch.generations=4", "batch.minibatches=2",
+    torchrun(["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, "batch.prompts=4", "batch.generations=4",
+              "batch.minibatches=2",
               "train.steps=300", "train.eval_every=150", "train.eval_samples=1", "train.ckpt_every=1000",
               "train.export_policy=false", "length=truncate"], run_dir)
     steps = read_rows(run_dir / "steps.jsonl")
@@ -219,7 +221,7 @@ def test_ppo_off_policy_on_two_ranks_checkpoints_at_phase_boundaries(tmp_path):
     ppo_off_policy run skips the checkpoints that fall inside a phase (step 3 of k=2 phases)
     and still finishes, with every eval row."""
     run_dir = tmp_path / "ppo"
-    torchrun(["logger=none", "train.threads=1", "async=ppo_off_policy", "async.k=2", "batch.prompts=4",
+    torchrun(["logger=none", "train.threads=1", "async=ppo_off_policy", "async.k=2", *ANSWERS_ONLY, "batch.prompts=4",
               "batch.generations=4", "batch.minibatches=2", "train.steps=6", "train.eval_every=3",
               "train.eval_samples=1", "train.ckpt_every=1000", "train.export_policy=false"], run_dir)
     assert [r["step"] for r in read_rows(run_dir / "metrics.jsonl")] == [0, 3, 6]

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from scalerl.core.errors import check
+from scalerl.registry import async_node
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (cfg.filter.refill_rounds and world_size > 1), "filter",
           f"{cfg.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
           "use filter=zero_variance or one rank")
-    generators = getattr(cfg, "async").generators  # `async` is a keyword: no attribute syntax
+    generators = async_node(cfg).generators
     check(not (generators and world_size > 1), "async.generators",
           f"generator processes serve one trainer rank for now, not {world_size}; use async=sync or "
           "async=ppo_off_policy (generators=0) with several ranks")
@@ -45,7 +46,7 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (generators and tp > 1), "generation.tensor_parallel_size",
           f"a generator process drives one device, so generation.tensor_parallel_size={tp} needs async=sync or "
           "async=ppo_off_policy (the trainer's process) for now; use generation.tensor_parallel_size=1 with "
-          f"async={getattr(cfg, 'async').name}")
+          f"async={async_node(cfg).name}")
     gen_body = getattr(cfg.precision, "generator_body", "auto")
     check(not (cfg.generation.name != "torch" and gen_body != "auto"), "precision.generator_body",
           f"generation={cfg.generation.name} sets its own body dtype with generation.dtype; use that instead of "

@@ -40,6 +40,7 @@ from scalerl.core.jsonio import read_json
 from scalerl.launch.app import register
 from scalerl.launch.jobs import failed_return, write_launch_record
 from scalerl.launch.rundir import sweep_run_dir
+from scalerl.registry import async_node
 
 PARENT_POLL_S = 1.0
 
@@ -96,7 +97,7 @@ def auto_parallel(n_arms: int, threads_per_arm: int) -> int:
 
 def arm_threads(cfg, threads_per_arm: int) -> int:
     """Threads one arm runs on: its trainer plus its generator processes, at least one each."""
-    return max(threads_per_arm, 1 + int(cfg["async"].generators))
+    return max(threads_per_arm, 1 + int(async_node(cfg).generators))
 
 
 def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobReturn]:
