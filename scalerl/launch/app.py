@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from scalerl.config import as_config_error
 from scalerl.config.store import register_schemas
 from scalerl.core.errors import ConfigError
+from scalerl.train.checkpoint import CheckpointsRefused
 from scalerl.core.paths import conf_dir, sweeps_dir
 from scalerl.launch.jobs import launchers
 from scalerl.launch.rundir import register_resolver
@@ -123,3 +124,6 @@ def main(argv: list[str] | None = None) -> None:
     except CONFIG_ERRORS as e:
         print(f"[scalerl] config error: {as_config_error(e)}", file=sys.stderr)
         sys.exit(2)
+    except CheckpointsRefused as e:  # every checkpoint refused: the message says what to do, no traceback
+        print(f"[scalerl] {e}", file=sys.stderr)
+        sys.exit(1)
