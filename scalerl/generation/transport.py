@@ -27,7 +27,7 @@ Nothing received can run code, and nobody without the run's secret can speak:
   user only, never in argv or a file), so a client that can reach the port but lacks
   the secret can neither order work, announce weights nor report rollouts.
 - Messages, rollouts and the start-up spec travel as JSON plus raw tensor bytes
-  (``encode``/``decode``), never pickle; ``decode`` builds only the dataclasses and
+  (``wire.py``), never pickle; ``decode`` builds only the dataclasses and
   functions its caller names.
 - The gloo groups' rendezvous keys are gloo's own, unsigned: a client could race them
   and put itself in a generator's (or the trainer's) place. So once a group has
@@ -44,22 +44,19 @@ Waits poll ``store.check`` (about 30 µs) with a short back-off: a timed-out
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import enum
-import functools
 import hashlib
 import hmac
-import json
 import os
 import secrets
 import socket
-import struct
 import time
 from typing import Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
+
+from scalerl.generation.wire import TransportError, decode, digest, encode, to_bytes_tensor  # noqa: F401 (re-exported)
 
 PROBE_TAG = 1 << 30
 """Gloo tags of probe replies start here; rollout tags are their step number."""
@@ -67,10 +64,6 @@ HANDSHAKE_TAG = PROBE_TAG - 1
 """The gloo tag of the connection handshake (``_handshake``)."""
 SECRET_ENV = "SCALERL_TRANSPORT_SECRET"
 """The environment variable that hands a generator process the run's secret (hex)."""
-
-
-class TransportError(RuntimeError):
-    """A wait on the other side failed (timeout, dead process, reported error); the message names the stage."""
 
 
 def _td(seconds: float) -> datetime.timedelta:
@@ -83,115 +76,6 @@ def _group(store, name: str, rank: int, size: int, timeout_s: float, host: str):
     opts._timeout = _td(timeout_s)
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
     return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, opts)
-
-
-# ----------------------------------------------------------------- the wire format
-def encode(obj) -> bytes:
-    """``obj`` as 8-byte header length, JSON header, raw tensor bytes. Handles None, bools,
-    numbers, strings, lists, tuples, dicts, tensors (CPU), enums, dataclass instances and
-    ``functools.partial`` of module-level functions; ``decode`` rebuilds only the classes
-    and functions its caller allows."""
-    blobs: list[bytes] = []
-
-    def enc(v):
-        if v is None or type(v) in (bool, int, float, str):
-            return v
-        if isinstance(v, torch.Tensor):
-            t = v.detach().cpu().contiguous()
-            blobs.append(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-            return {"__tensor": [len(blobs) - 1, str(t.dtype).removeprefix("torch."), list(t.shape)]}
-        if isinstance(v, enum.Enum):
-            return {"__enum": [type(v).__name__, enc(v.value)]}
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return {"__dc": [type(v).__name__, {f.name: enc(getattr(v, f.name)) for f in dataclasses.fields(v)}]}
-        if isinstance(v, functools.partial):
-            return {"__fn": [_fn_name(v.func), [enc(a) for a in v.args], {k: enc(x) for k, x in v.keywords.items()}]}
-        if isinstance(v, (list, tuple)):
-            return [enc(x) for x in v] if isinstance(v, list) else {"__tuple": [enc(x) for x in v]}
-        if isinstance(v, dict):
-            return {"__dict": [[enc(k), enc(x)] for k, x in v.items()]}
-        for atom in (bool, int, float, str):  # subclasses (numpy scalars) as the plain value
-            if isinstance(v, atom):
-                return atom(v)
-        raise TypeError(f"the transport carries plain data, tensors and dataclasses, not a {type(v).__name__}")
-
-    header = json.dumps([enc(obj), [len(b) for b in blobs]]).encode()
-    return b"".join([struct.pack("<Q", len(header)), header, *blobs])
-
-
-def decode(data: bytes, types: Sequence[type] = (), functions: Sequence[Callable] = ()):
-    """``encode``'s bytes back to objects, building only the dataclasses and enums in ``types``
-    and the functions in ``functions``; anything else is refused (``TransportError``)."""
-    classes = {c.__name__: c for c in types}
-    fns = {_fn_name(f): f for f in functions}
-    try:
-        (n,) = struct.unpack_from("<Q", data)
-        tree, sizes = json.loads(bytes(data[8:8 + n]))
-        offsets, at = [], 8 + n
-        for size in sizes:
-            offsets.append(at)
-            at += size
-        if at != len(data):
-            raise ValueError(f"{len(data)} bytes, the header describes {at}")
-    except (struct.error, ValueError, TypeError) as e:
-        raise TransportError(f"refused a malformed message ({e})") from None
-
-    def dec(v):
-        if not isinstance(v, (list, dict)):
-            return v
-        if isinstance(v, list):
-            return [dec(x) for x in v]
-        (tag, body), = v.items()
-        if tag == "__tensor":
-            i, dtype, shape = body
-            dt = getattr(torch, dtype, None)
-            if not isinstance(dt, torch.dtype):
-                raise TransportError(f"refused a tensor of dtype {dtype!r}")
-            if not sizes[i]:
-                return torch.empty(shape, dtype=dt)
-            raw = torch.frombuffer(bytearray(data[offsets[i]:offsets[i] + sizes[i]]), dtype=torch.uint8)
-            return raw.view(dt).reshape(shape)
-        if tag == "__tuple":
-            return tuple(dec(x) for x in body)
-        if tag == "__dict":
-            return {dec(k): dec(x) for k, x in body}
-        if tag in ("__dc", "__enum"):
-            name, fields = body
-            cls = classes.get(name)
-            if cls is None:
-                raise TransportError(f"refused a {name}: not a type this message may carry")
-            if tag == "__enum":
-                return cls(dec(fields))
-            obj = cls.__new__(cls)  # no __init__/__post_init__: nothing of the sender's runs here
-            for k, x in fields.items():
-                if k not in {f.name for f in dataclasses.fields(cls)}:
-                    raise TransportError(f"refused a {name} with an unknown field {k!r}")
-                object.__setattr__(obj, k, dec(x))
-            return obj
-        if tag == "__fn":
-            name, args, kw = body
-            if name not in fns:
-                raise TransportError(f"refused the function {name}: not one this message may name")
-            return functools.partial(fns[name], *map(dec, args), **{k: dec(x) for k, x in kw.items()})
-        raise TransportError(f"refused a message with the tag {tag!r}")
-
-    return dec(tree)
-
-
-def _fn_name(fn: Callable) -> str:
-    return f"{fn.__module__}:{fn.__qualname__}"
-
-
-def to_bytes_tensor(obj) -> torch.Tensor:
-    return torch.frombuffer(bytearray(encode(obj)), dtype=torch.uint8)
-
-
-def digest(bufs: Sequence[torch.Tensor]) -> str:
-    """BLAKE2b of tensors' bytes (the check on what the gloo groups carried)."""
-    h = hashlib.blake2b(digest_size=16)
-    for b in bufs:
-        h.update(b.detach().contiguous().view(-1).view(torch.uint8).numpy())
-    return h.hexdigest()
 
 
 class Signed:

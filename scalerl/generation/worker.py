@@ -95,7 +95,7 @@ class _Stopped(Exception):
 
 
 def wire_types() -> tuple[tuple[type, ...], tuple[Callable, ...]]:
-    """What the spec and control messages may hold (``transport.decode`` builds nothing else):
+    """What the spec and control messages may hold (``wire.decode`` builds nothing else):
     this module's dataclasses, the options' config schemas, and the precision axis's functions."""
     schemas = [o.schema for o in (*GENERATORS.values(), *PRECISIONS.values())]
     return (WorkerSpec, TensorSpec, Shard, SamplingParams, *schemas), tuple(o.fn for o in PRECISIONS.values())
