@@ -88,7 +88,11 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation):
     one, micro = outs
     assert one.keys() == micro.keys()
     for k in one:
-        assert micro[k] == pytest.approx(one[k], rel=1e-5, abs=1e-7), k
+        # The loss nearly cancels (see below): its rounding shows at 1e-4 of its value.
+        assert micro[k] == pytest.approx(one[k], rel=3e-4, abs=1e-7), k
     moved = max((weights[0][k] - start[k]).abs().max().item() for k in start)
     worst = max((weights[1][k] - weights[0][k]).abs().max().item() for k in start)
-    assert worst < 1e-5 * moved and moved > 1e-3, (worst, moved)
+    # Centred advantages make the loss and its gradient a near-cancelling sum, which magnifies the
+    # fp32 rounding of micro-batches padded to other widths (~1e-6 in log-probs) about a hundredfold;
+    # a wrong denominator (per micro-batch instead of global) is off by tens of percent.
+    assert worst < 1e-4 * moved and moved > 1e-3, (worst, moved)
