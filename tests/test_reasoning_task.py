@@ -105,3 +105,14 @@ def test_the_length_axis_acts_on_the_defaults_thinking(default_cfg, tmp_path):
     assert r_cut["truncation_rate/arith"] < 0.1 < 0.5 < r_short["truncation_rate/arith"]
     assert r_cut["response_length/arith"] > r_short["response_length/arith"] + 30  # the phrase and the answer
     assert cut[1]["interrupt_rate"] > 0.2
+
+
+def test_a_mix_too_small_for_its_splits_is_refused_before_it_can_hang():
+    # 'task.mix={add3:0}' leaves the default's mul2 alone: 100 x 100 = 10,000 distinct products,
+    # fewer than the 32,768 + 512 prompts the splits need (drawing them used to loop forever).
+    from scalerl.config import compose, validate
+    from scalerl.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="task.mix.*10000 distinct problems"):
+        validate(compose(["task.mix={add3:0}"]))
+    assert validate(compose(["task.mix={add3:0}", "task.n_train=9000"])).task.n_train == 9000

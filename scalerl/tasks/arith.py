@@ -63,6 +63,11 @@ class ArithConfig(TaskConfig):
               "task.mix", "weights must be non-negative and not all zero")
         check(self.n_train > 0, "task.n_train", f"must be > 0, got {self.n_train}")
         check(self.n_heldout > 0, "task.n_heldout", f"must be > 0, got {self.n_heldout}")
+        # Distinct problems the mix can make: both splits must fit, or drawing them never ends.
+        capacity = sum((10 ** KINDS[k][1]) ** 2 for k, w in self.mix.items() if w > 0)
+        check(self.n_train + self.n_heldout <= capacity, "task.mix",
+              f"its kinds {sorted(k for k, w in self.mix.items() if w > 0)} make {capacity} distinct problems, fewer "
+              f"than task.n_train + task.n_heldout = {self.n_train + self.n_heldout}; add kinds or lower task.n_train")
         check(0.0 <= self.think <= 1.0, "task.think", f"must be a fraction in [0, 1], got {self.think}")
         check(0.0 <= self.interrupted <= 1.0, "task.interrupted", f"must be a fraction in [0, 1], got {self.interrupted}")
 
