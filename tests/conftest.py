@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ANSWERS_ONLY
+
 from scalerl.config import compose
 
 
@@ -42,13 +44,6 @@ def _session_env(tmp_path_factory):
     os.environ["WANDB_SILENT"] = "true"
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     yield
-
-
-# The embedded task's answers-only shape: completions of a few tokens, so the tests of a
-# mechanism (resume, ranks, schedules, losses) stay fast. The default's reasoning shape
-# (completions that think for ~40 tokens) is what tests/test_reasoning_task.py, the stored
-# curve (tests/test_train.py) and the CLI tests run.
-ANSWERS_ONLY = ("task.think=0", "length.max_new_tokens=8")
 
 
 @pytest.fixture

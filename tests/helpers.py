@@ -161,3 +161,10 @@ def plant_leading_trial(out_root: Path, steps: int = 3000) -> Path:
     study.add_trial(optuna.trial.create_trial(params={"train.lr": 1e-4}, distributions=space, value=0.99,
                                               intermediate_values={s: 0.99 for s in range(0, steps + 1, 2)}))
     return sweep
+
+
+# The embedded task's answers-only shape: completions of a few tokens, so the tests of a
+# mechanism (resume, ranks, schedules, losses) stay fast. The default's reasoning shape
+# (completions that think for ~40 tokens) is what tests/test_reasoning_task.py, the stored
+# curve (tests/test_train.py) and the CLI tests run.
+ANSWERS_ONLY = ("task.think=0", "length.max_new_tokens=8")

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ANSWERS_ONLY
-from helpers import REPO, read_rows
+from helpers import ANSWERS_ONLY, REPO, read_rows
 from safetensors.torch import load_file
 
 from scalerl.train.loop import train
