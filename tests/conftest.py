@@ -53,7 +53,9 @@ def tiny_cfg():
     from scalerl.config import validate
 
     def make(*overrides: str):
-        return validate(compose(["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, *overrides]))
+        other_task = any(o.startswith("task=") and o != "task=arith" for o in overrides)
+        shape = [o for o in ANSWERS_ONLY if not (other_task and o.startswith("task."))]  # think is arith's
+        return validate(compose(["logger=none", "train.threads=1", "async=sync", *shape, *overrides]))
 
     return make
 

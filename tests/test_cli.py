@@ -78,14 +78,16 @@ def test_multirun_of_two_arms_then_relaunch_skips(tmp_path):
 
 def test_failed_arm_is_reported_and_only_it_reruns(tmp_path):
     study = tmp_path / "mixed.yaml"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("{not json\n")  # exists, so validation passes; reading it at start-up fails
     study.write_text(yaml.safe_dump({"arms": [
         {"overrides": ["loss=cispo"]},
-        {"overrides": ["loss=dapo", "train.device=cuda"]},  # no GPU here: fails at start-up
+        {"overrides": ["loss=dapo", "task=math", f"task.path={broken}", "model.warmstart.enabled=false"]},
     ]}))
     args = ["-m", f"sweep={study}", "train.steps=2", "train.eval_every=2", "logger=none"]
     first = cli(args, tmp_path / "out", check=False)
-    assert first.returncode == 1
-    assert "FAILED" in first.stdout and "train.device" in first.stdout and "log:" in first.stdout
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "FAILED" in first.stdout and "broken.jsonl" in first.stdout and "log:" in first.stdout
     board = pd.read_csv(tmp_path / "out" / "sweeps" / "mixed+train.eval_every=2+train.steps=2" / "leaderboard.csv")
     assert sorted(board["status"].str.contains("failed")) == [False, True]
     second = cli(args, tmp_path / "out", check=False)
