@@ -3,9 +3,9 @@ import math
 
 import torch
 
-from scalerl.adv_norm.batch import BatchNormConfig, batch_normalized
-from scalerl.adv_norm.none import NoNormConfig, centered
-from scalerl.adv_norm.prompt import PromptNormConfig, prompt_normalized
+from scalerl.adv_norm.batch import BatchAdvNormConfig, batch_normalized
+from scalerl.adv_norm.none import NoAdvNormConfig, centered
+from scalerl.adv_norm.prompt import PromptAdvNormConfig, prompt_normalized
 
 # p0 rewards [1, 0, 0, 0] -> centred [.75, -.25, -.25, -.25], group std sqrt(3)/4
 # p1 rewards [1, 1, 0, 0] -> centred [.5, .5, -.5, -.5],     group std 0.5
@@ -16,12 +16,12 @@ EPS = 1e-12
 
 
 def test_none_only_centres():
-    a = centered(R, KEEP, cfg=NoNormConfig())
+    a = centered(R, KEEP, cfg=NoAdvNormConfig())
     assert torch.allclose(a, torch.tensor([[.75, -.25, -.25, -.25], [.5, .5, -.5, -.5], [0, 0, 0, 0]]))
 
 
 def test_prompt_level_divides_by_group_std():
-    a = prompt_normalized(R, KEEP, cfg=PromptNormConfig(eps=EPS))
+    a = prompt_normalized(R, KEEP, cfg=PromptAdvNormConfig(eps=EPS))
     s0 = math.sqrt(3) / 4
     assert torch.allclose(a[0], torch.tensor([.75, -.25, -.25, -.25]) / s0)
     assert torch.allclose(a[1], torch.tensor([1.0, 1, -1, -1]))
@@ -29,7 +29,7 @@ def test_prompt_level_divides_by_group_std():
 
 
 def test_batch_level_divides_by_one_std():
-    a = batch_normalized(R, KEEP, cfg=BatchNormConfig(eps=EPS))
+    a = batch_normalized(R, KEEP, cfg=BatchAdvNormConfig(eps=EPS))
     # Kept centred values: .75, -.25 x3, .5 x2, -.5 x2 -> mean 0, mean of squares = (0.5625 + 3*0.0625 + 4*0.25)/8 = 0.21875
     std = math.sqrt(0.21875)
     assert torch.allclose(a[:2], torch.tensor([[.75, -.25, -.25, -.25], [.5, .5, -.5, -.5]]) / std)
@@ -39,5 +39,5 @@ def test_batch_level_divides_by_one_std():
 
 
 def test_all_dropped_is_zero_not_nan():
-    a = batch_normalized(R[2:], torch.tensor([False]), cfg=BatchNormConfig())
+    a = batch_normalized(R[2:], torch.tensor([False]), cfg=BatchAdvNormConfig())
     assert torch.all(a == 0)

@@ -23,7 +23,7 @@ from analysis.models import sigmoid
 from scalerl.config import compose
 from scalerl.launch import rundir
 from scalerl.launch.app import hydra_argv
-from scalerl.launch.leaderboard import write_leaderboard
+from scalerl.launch.sweep_summary import write_leaderboard
 from scalerl.loggers.wandb_logger import WandbConfig, WandbLogger
 
 # What this file tests is imported inside each test, so that on code without it each test fails alone.
@@ -175,7 +175,7 @@ def test_the_per_run_sync_hint_names_a_path_that_exists(tmp_path, capsys, monkey
     (command,) = [line.split("upload with: ", 1)[1] for line in capsys.readouterr().out.splitlines() if "upload with" in line]
     assert command.startswith("wandb sync ")
     assert glob.glob(command.split(" ", 2)[2]) == [str(p) for p in (run_dir / "wandb").glob("offline-run-*")] != []
-    from scalerl.launch.leaderboard import sync_hint  # the sweep's hint covers the same folders
+    from scalerl.launch.sweep_summary import sync_hint  # the sweep's hint covers the same folders
 
     hint = sync_hint(run_dir.parent, [run_dir])
     assert glob.glob(hint.split(" ", 2)[2]) == glob.glob(command.split(" ", 2)[2])

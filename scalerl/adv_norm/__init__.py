@@ -10,7 +10,7 @@ from scalerl.adv_norm import batch, none, prompt
 from scalerl.core.option import Option
 
 ADV_NORMS: dict[str, Option] = {
-    "batch": Option(batch.BatchNormConfig, batch.batch_normalized),
-    "prompt": Option(prompt.PromptNormConfig, prompt.prompt_normalized),
-    "none": Option(none.NoNormConfig, none.centered),
+    "batch": Option(batch.BatchAdvNormConfig, batch.batch_normalized),
+    "prompt": Option(prompt.PromptAdvNormConfig, prompt.prompt_normalized),
+    "none": Option(none.NoAdvNormConfig, none.centered),
 }

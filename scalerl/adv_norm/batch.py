@@ -11,7 +11,7 @@ from scalerl.core.errors import check
 
 
 @dataclass
-class BatchNormConfig(AdvNormConfig):
+class BatchAdvNormConfig(AdvNormConfig):
     eps: float = 1e-6
     """Added to the std so an all-equal batch does not divide by zero."""
 
@@ -19,7 +19,7 @@ class BatchNormConfig(AdvNormConfig):
         check(self.eps > 0, "adv_norm.eps", f"must be > 0, got {self.eps}")
 
 
-def batch_normalized(rewards, keep, *, cfg: BatchNormConfig):
+def batch_normalized(rewards, keep, *, cfg: BatchAdvNormConfig):
     centered = group_centered(rewards, keep)  # (P, G)
     kept = centered[keep]
     if kept.numel() == 0:

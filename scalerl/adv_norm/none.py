@@ -7,9 +7,9 @@ from scalerl.adv_norm.base import AdvNormConfig, group_centered
 
 
 @dataclass
-class NoNormConfig(AdvNormConfig):
+class NoAdvNormConfig(AdvNormConfig):
     pass
 
 
-def centered(rewards, keep, *, cfg: NoNormConfig):
+def centered(rewards, keep, *, cfg: NoAdvNormConfig):
     return group_centered(rewards, keep)

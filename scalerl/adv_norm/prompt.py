@@ -9,7 +9,7 @@ from scalerl.core.errors import check
 
 
 @dataclass
-class PromptNormConfig(AdvNormConfig):
+class PromptAdvNormConfig(AdvNormConfig):
     eps: float = 1e-6
     """Added to each group's std so a unanimous group does not divide by zero."""
 
@@ -17,6 +17,6 @@ class PromptNormConfig(AdvNormConfig):
         check(self.eps > 0, "adv_norm.eps", f"must be > 0, got {self.eps}")
 
 
-def prompt_normalized(rewards, keep, *, cfg: PromptNormConfig):
+def prompt_normalized(rewards, keep, *, cfg: PromptAdvNormConfig):
     centered = group_centered(rewards, keep)
     return centered / (rewards.std(-1, unbiased=False, keepdim=True) + cfg.eps)

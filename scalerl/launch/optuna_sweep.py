@@ -34,7 +34,7 @@ from scalerl.config import ConfigError
 from scalerl.core.hashing import stable_hash
 from scalerl.core.jsonio import JsonlFile
 from scalerl.launch import early_stop, rundir
-from scalerl.launch.leaderboard import write_leaderboard
+from scalerl.launch.sweep_summary import write_leaderboard
 from scalerl.launch.search_space import corners, parse_space, trial_overrides
 from scalerl.launch.sweeping import LAUNCH_STATES, plan_arms, print_table
 

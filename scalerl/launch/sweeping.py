@@ -14,7 +14,7 @@
    again (``--fresh`` trains it anyway).
 4. When every arm has settled: report failures with their logs, and write the
    leaderboard of this sweep's arms, its W&B summary run and the sync hint
-   (``scalerl.launch.leaderboard``).
+   (``scalerl.launch.sweep_summary``).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import early_stop, rundir
 from scalerl.launch.jobs import check_launcher, launcher_world_size
-from scalerl.launch.leaderboard import sweep_wandb, write_leaderboard
+from scalerl.launch.sweep_summary import sweep_wandb, write_leaderboard
 from scalerl.launch.studies import load_study, merge
 
 LAUNCH_STATES = ("pending", "interrupted", "failed")
