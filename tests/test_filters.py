@@ -3,7 +3,7 @@ import torch
 
 from scalerl.filters import FILTERS
 from scalerl.filters.zero_variance import nonzero_variance
-from scalerl.train.sampler import PromptSampler
+from scalerl.train.prompt_stream import PromptSampler
 
 
 def test_zero_variance_mask():

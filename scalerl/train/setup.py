@@ -29,7 +29,7 @@ from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
 from scalerl.train.heldout import split_record
 from scalerl.train.pipeline import PipelineSchedule
-from scalerl.train.sampler import PromptSampler
+from scalerl.train.prompt_stream import PromptSampler
 from scalerl.train.schedule import LocalSchedule, Schedule
 from scalerl.train.sharding import push_weights, shard_trainer
 from scalerl.train.warmstart import cached_warm_start
