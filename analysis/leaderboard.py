@@ -171,7 +171,8 @@ def _blocks(order, groups):
 
 
 def _rank(points, units, margin, c_ref, options):
-    """Assign rank, rank_basis, tie_group, A_common, B_common and the listing position in place.
+    """Assign rank, rank_basis, tie_group, A_common and B_common to the units' rows; return
+    the listing position of each ranked unit ({id(unit): position}).
 
     The basis is A when every rankable unit has an identified A.  Otherwise A cannot order
     them (an unidentified A is only a bound), so every fitted unit is ranked by its predicted
@@ -182,7 +183,7 @@ def _rank(points, units, margin, c_ref, options):
     basis, key = ("A", "A") if by_a else (f"reward at C_ref={c_ref:.4g}", "R_ref")
     ranks, groups, order = tie_ranks(*([u.row.get(f"{key}{s}", NAN) for u in rankable] for s in ("", "_lo", "_hi")),
                                      margin=margin)
-    listed, n_groups = 0, 0
+    listed, n_groups, positions = 0, 0, {}
     for block in _blocks(order, groups):
         if len(block) > 1:
             n_groups += 1
@@ -200,9 +201,10 @@ def _rank(points, units, margin, c_ref, options):
         elif np.isfinite(ranks[block[0]]):
             rankable[block[0]].row["rank_basis"] = basis
         for i in block:
-            rankable[i].row.update(rank=ranks[i], _pos=listed)
+            rankable[i].row["rank"] = ranks[i]
+            positions[id(rankable[i])] = listed
             listed += 1
-    return by_a
+    return positions
 
 
 def _reference_compute(units, target_compute):
@@ -262,6 +264,75 @@ def _hide_unidentified_a(table):
     return table
 
 
+def _run_rows(points, fits, options, n_final):
+    """One row per run: its metadata, its fit, and (with options.fit_until) the forecast of its end."""
+    data = curves(points)
+    rows = {}
+    for meta in run_table(points).to_dict("records"):
+        C, R = data[meta["run"]]
+        fit = fits[meta["run"]]
+        row = {**meta, **fit.to_row(), "level": "run", "n_seeds": 1,
+               "last_compute": float(C.max()) if C.size else NAN, "rank": NAN,
+               "rank_basis": "", "tie_group": NAN, "A_common": NAN, "B_common": NAN, "A_seed_sd": NAN}
+        if options.fit_until is not None:
+            row["pred_final"], row["obs_final"] = final_pair(fit, C, R, n_final)
+            row["pred_final_lo"], row["pred_final_hi"] = final_band(fit, C, R, n_final, options.level)
+        rows[meta["run"]] = row
+    return rows
+
+
+def _units(points, rows, fits, options):
+    """The ranked entries: each single-seed arm's run row, each multi-seed arm's arm row; and the
+    seed spread pooled over the multi-seed arms ({parameter: (sd, dof)})."""
+    arms = [(arm, list(members)) for arm, members in run_table(points).groupby("arm", sort=False)["run"]]
+    seed_values = [_seed_values([fits[m] for m in members]) for _, members in arms if len(members) > 1]
+    pooled = {name: pooled_sd([v[name] for v in seed_values]) for name in ("A", "B", "C_mid")}
+    units = []
+    for arm, members in arms:
+        member_fits = [fits[m] for m in members]
+        if len(members) == 1:
+            units.append(_Unit(rows[members[0]], member_fits, members))
+            continue
+        arm_row = _arm_row(arm, [rows[m] for m in members], member_fits, options, pooled)
+        arm_row.update(rank=NAN, rank_basis="", tie_group=NAN, A_common=NAN, B_common=NAN)
+        units.append(_Unit(arm_row, member_fits, members))
+    return units, pooled
+
+
+def _predictions(units, compute, level):
+    """Each unit's predicted reward at ``compute`` with its interval: [(R, lo, hi)], the seed
+    spread pooled over the multi-seed units."""
+    if not (compute and np.isfinite(compute)):
+        return [(NAN, NAN, NAN)] * len(units)
+    pooled = pooled_sd([u.seed_predictions(compute) for u in units if len(u.members) > 1])
+    return [(u.predict(compute), *u.predict_interval(compute, level, pooled)) for u in units]
+
+
+def _listing(units, rows, positions):
+    """The table's rows in order: ranked units by position, then the rest by arm; an arm row
+    before its seeds' rows (by run name), which carry the arm's rank."""
+    def key(unit):
+        pos = positions.get(id(unit))
+        return (pos is None, pos if pos is not None else 0, str(unit.row["arm"]))
+
+    out = []
+    for unit in sorted(units, key=key):
+        if unit.row["level"] != "arm":
+            out.append(unit.row)
+            continue
+        out.append(unit.row)
+        for m in sorted(unit.members, key=str):
+            out.append({**rows[m], "rank": unit.row["rank"]})
+    return out
+
+
+def _seed_note(pooled, margin):
+    sd, dof = pooled["A"]
+    return (f"seeds spread A by ±{2 * sd:.3f} (2 x pooled sd, {dof} dof), wider than the"
+            f" margin {margin} (paper: ±0.015 -> ±0.02); consider --margin {2 * sd:.3f}"
+            if dof and 2 * sd > margin else None)
+
+
 def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin=MARGIN,
                 target_compute=None, n_final=N_FINAL):
     """Ranked table: one row per run, plus one per arm with two or more seeds.
@@ -275,72 +346,33 @@ def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin
     Notes and warnings for the reader are in board.attrs["notes"] and ["warnings"].
     """
     points = validate(points)
-    runs = run_table(points)
     fits = fit_runs(points, options) if fits is None else fits
-    data = curves(points)
-    level = options.level
-    rows, units = {}, []
-    for meta in runs.to_dict("records"):
-        C, R = data[meta["run"]]
-        fit = fits[meta["run"]]
-        row = {**meta, **fit.to_row(), "level": "run", "n_seeds": 1,
-               "last_compute": float(C.max()) if C.size else NAN, "rank": NAN,
-               "rank_basis": "", "tie_group": NAN, "A_common": NAN, "B_common": NAN, "A_seed_sd": NAN}
-        if options.fit_until is not None:
-            row["pred_final"], row["obs_final"] = final_pair(fit, C, R, n_final)
-            row["pred_final_lo"], row["pred_final_hi"] = final_band(fit, C, R, n_final, level)
-        rows[meta["run"]] = row
-    arms = [(arm, list(members)) for arm, members in runs.groupby("arm", sort=False)["run"]]
-    seed_values = [_seed_values([fits[m] for m in members]) for _, members in arms if len(members) > 1]
-    pooled = {name: pooled_sd([v[name] for v in seed_values]) for name in ("A", "B", "C_mid")}
-    for arm, members in arms:
-        member_fits = [fits[m] for m in members]
-        if len(members) == 1:
-            units.append(_Unit(rows[members[0]], member_fits, members))
-            continue
-        arm_row = _arm_row(arm, [rows[m] for m in members], member_fits, options, pooled)
-        arm_row.update(rank=NAN, rank_basis="", tie_group=NAN, A_common=NAN, B_common=NAN)
-        units.append(_Unit(arm_row, member_fits, members))
+    rows = _run_rows(points, fits, options, n_final)
+    units, pooled = _units(points, rows, fits, options)
+    # ------------------------------------- predicted reward at C_ref: the basis for unidentified A
     c_ref = _reference_compute(units, target_compute)
-    pooled_ref = pooled_sd([u.seed_predictions(c_ref) for u in units if len(u.members) > 1]) if np.isfinite(c_ref) else None
-    for unit in units:                    # predicted reward at C_ref: the basis for unidentified A
-        lo, hi = unit.predict_interval(c_ref, level, pooled_ref) if np.isfinite(c_ref) else (NAN, NAN)
-        unit.row.update(C_ref=c_ref, R_ref=unit.predict(c_ref) if np.isfinite(c_ref) else NAN,
-                        R_ref_lo=lo, R_ref_hi=hi)
-    _rank(points, units, margin, c_ref, options)
-    pooled_target = pooled_sd([u.seed_predictions(target_compute) for u in units
-                               if len(u.members) > 1]) if target_compute else None
-    sd, dof = pooled["A"]
-    seed_note = (f"seeds spread A by ±{2 * sd:.3f} (2 x pooled sd, {dof} dof), wider than the"
-                 f" margin {margin} (paper: ±0.015 -> ±0.02); consider --margin {2 * sd:.3f}"
-                 if dof and 2 * sd > margin else None)
-    for unit in units:
-        if target_compute:
-            lo, hi = unit.predict_interval(target_compute, level, pooled_target)
+    for unit, (R, lo, hi) in zip(units, _predictions(units, c_ref, options.level)):
+        unit.row.update(C_ref=c_ref, R_ref=R, R_ref_lo=lo, R_ref_hi=hi)
+    # ------------------------------------------------------------------------------- rank
+    positions = _rank(points, units, margin, c_ref, options)
+    # --------------------------------- "which recipe wins at my budget?": R(C*), with ties
+    if target_compute:
+        for unit, (R, lo, hi) in zip(units, _predictions(units, target_compute, options.level)):
             last = max((f.last_compute for f in unit.fits if f.fitted), default=NAN)
-            unit.row.update(pred_target=unit.predict(target_compute), pred_target_lo=lo,
-                            pred_target_hi=hi, target_compute=float(target_compute),
+            unit.row.update(pred_target=R, pred_target_lo=lo, pred_target_hi=hi, target_compute=float(target_compute),
                             target_beyond=float(target_compute) / last if last > 0 else NAN)
-        if unit.row["level"] == "arm":
-            for m in unit.members:
-                rows[m]["rank"], rows[m]["_pos"] = unit.row["rank"], unit.row.get("_pos", NAN)
-                if target_compute:
-                    fit = fits[m]
-                    rows[m]["pred_target"] = fit.predict(target_compute) if fit.fitted else NAN
-    if target_compute:        # "which recipe wins at my budget?": rank units by R(C*), with ties
-        rank_target, _, _ = tie_ranks([u.row["pred_target"] for u in units], [u.row["pred_target_lo"] for u in units],
-                                      [u.row["pred_target_hi"] for u in units], margin)
+        for m in (m for u in units if u.row["level"] == "arm" for m in u.members):  # an arm's seeds, each
+            rows[m]["pred_target"] = fits[m].predict(target_compute) if fits[m].fitted else NAN
+        rank_target, _, _ = tie_ranks(*([u.row[f"pred_target{s}"] for u in units] for s in ("", "_lo", "_hi")),
+                                      margin=margin)
         for unit, rank in zip(units, rank_target):
             unit.row["rank_target"] = rank
-    table = pd.DataFrame([u.row for u in units if u.row["level"] == "arm"] + list(rows.values()))
-    if "_pos" not in table.columns:
-        table["_pos"] = NAN
-    table["_arm_first"] = table["level"].ne("arm")
-    table = table.sort_values(["_pos", "arm", "_arm_first", "run"], na_position="last", kind="stable")
-    table = _hide_unidentified_a(table.drop(columns=["_arm_first", "_pos"]).reset_index(drop=True))
+    # ------------------------------------------------------------------------------ table
+    table = _hide_unidentified_a(pd.DataFrame(_listing(units, rows, positions)))
     front = [c for c in FRONT if c in table.columns]
     table = table[front + [c for c in table.columns if c not in front]]
     notes, warnings = _notes(table, units, fits, c_ref, target_compute, margin)
+    seed_note = _seed_note(pooled, margin)
     table.attrs["notes"] = notes + ([seed_note] if seed_note else [])
     table.attrs["warnings"] = warnings
     return table
