@@ -1,5 +1,6 @@
 """Data-parallel ranks on CPU with gloo: the FSDP2 trainer against one rank, resuming on a
-different number of ranks, hundreds of steps with uneven splits, and fp32 master weights.
+different number of ranks, hundreds of steps with uneven splits, and fp32 master weights;
+PipelineRL's generator processes serving two ranks (rank 0 owns them) against the same run.
 
 The 2-rank runs are real: ``torchrun --nproc_per_node 2 -m scalerl.sweep``, two processes,
 FSDP2 over a gloo process group. Sampling is keyed by prompt, not rank, so both rank counts
@@ -26,10 +27,11 @@ from scalerl.train.loop import train
 from scalerl.train.update import minibatch_groups
 
 # Small and fast, but the ScaleRL recipe (default filter zero_variance_npr, interruptions),
-# synchronous: generator processes serve one trainer rank for now (docs/async.md).
+# synchronous (bit-reproducible); ``PIPE`` streams instead, at max_lag 0 (docs/async.md).
 TINY = ["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, "batch.prompts=8", "batch.generations=8",
         "batch.minibatches=2", "train.eval_samples=1"]
 STEPS = 24
+PIPE = ["async=pipeline_rl", "async.max_lag=0", "async.generators=2", "async.timeout_s=120"]
 COMPARED = ("train_reward", "response_length", "effective_batch", "truncation_rate", "interrupt_rate")
 
 
@@ -173,6 +175,44 @@ def test_two_ranks_reproduce_one_rank(pair):
     steps = read_rows(root / "two" / "steps.jsonl")
     assert sum(r["idle_minibatches"] for r in steps) > 0  # uneven splits happened, and were survived
     assert_same_run(root / "one", root / "two", start)
+
+
+@pytest.fixture(scope="module")
+def pipe(pair):
+    """The pair's run on 2 ranks with 2 generator processes streaming at max_lag 0 (torchrun)."""
+    root, args, start = pair
+    torchrun([*args, *PIPE], root / "pipe")
+    return root, args, start
+
+
+@pytest.mark.slow
+def test_two_ranks_with_generator_processes_reproduce_one_synchronous_rank(pipe):
+    """pipeline_rl at max_lag 0 with 2 trainer ranks and 2 generators: rank 0 collects and scores
+    each batch and hands every rank its share (train/pipeline.py), so the samples are the 1-rank
+    sync run's exactly and the weights equal it to float rounding, as for 2 sync ranks."""
+    root, _, start = pipe
+    derived = json.loads((root / "pipe" / "derived.json").read_text())
+    assert derived["world_size"] == 2 and derived["generator_devices"] == 2
+    steps = read_rows(root / "pipe" / "steps.jsonl")
+    assert all(r["staleness_max"] == 0 and r["lag_dropped"] == 0 for r in steps)
+    assert_same_run(root / "one", root / "pipe", start)
+
+
+@pytest.mark.slow
+def test_two_ranks_with_generator_processes_resume_exactly(pipe):
+    """Back to the middle checkpoint (sharded, with every rank's sampler snapshot): the relaunch
+    regenerates the batches that were in flight and continues as the uninterrupted run."""
+    root, args, start = pipe
+    half = f"step_{STEPS // 2:08d}"
+    shutil.copytree(root / "pipe", root / "pipe_resumed")
+    for p in (root / "pipe_resumed" / "checkpoints").iterdir():
+        if not p.name.startswith(half):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    shutil.rmtree(root / "pipe_resumed" / "final_policy")
+    (root / "pipe_resumed" / "summary.json").unlink()  # else the entry point skips a finished run
+    out = torchrun([*args, *PIPE], root / "pipe_resumed")
+    assert "resuming" in out.stdout + out.stderr
+    assert_same_run(root / "one", root / "pipe_resumed", start, first_step=STEPS // 2 + 1)
 
 
 @pytest.mark.slow

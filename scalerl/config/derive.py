@@ -38,10 +38,7 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
     check(not (cfg.filter.refill_rounds and world_size > 1), "filter",
           f"{cfg.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
           "use filter=zero_variance or one rank")
-    generators = async_node(cfg).generators
-    check(not (generators and world_size > 1), "async.generators",
-          f"generator processes serve one trainer rank for now, not {world_size}; use async=sync or "
-          "async=ppo_off_policy (generators=0) with several ranks")
+    generators = async_node(cfg).generators  # with several ranks, rank 0 owns them (train/pipeline.py)
     tp = getattr(cfg.generation, "tensor_parallel_size", 1)  # engines that shard the model (vLLM)
     check(not (generators and tp > 1), "generation.tensor_parallel_size",
           f"a generator process drives one device, so generation.tensor_parallel_size={tp} needs async=sync or "

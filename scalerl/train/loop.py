@@ -18,7 +18,8 @@ Per step:
              then an atomic checkpoint, so metrics and checkpoints never diverge
 
 Ranks (torchrun or srun) each generate for their share of the step's prompts
-and train through the FSDP2-sharded trainer (``sharding.py``); sampling is
+(pipeline_rl: rank 0's generator processes generate the batch and each rank gets
+its share, ``pipeline.py``) and train through the FSDP2-sharded trainer (``sharding.py``); sampling is
 keyed by prompt, not rank, so N ranks reproduce the 1-rank run.
 
 Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
@@ -43,10 +44,11 @@ from scalerl.core.jsonio import JsonlFile, write_json_atomic
 from scalerl.loggers.base import namespaced
 from scalerl.train.checkpoint import check_finite, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
-from scalerl.train.distributed import init_distributed, launched_world, shutdown
+from scalerl.train.distributed import Dist, init_distributed, launched_world, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.export import export_policy
 from scalerl.train.heldout import pin_heldout
+from scalerl.train.pipeline import from_main
 from scalerl.train.progress import Progress
 from scalerl.train.rollout import encode_phrase
 from scalerl.train.setup import (
@@ -119,9 +121,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     def evaluate_and_checkpoint() -> None:
         check_finite(r.model, dist)  # a diverged policy gets no eval row, only an error
         r.model.eval()
-        ev = heldout_pass_rate(r.task, samples=cfg.train.eval_samples, seed=cfg.seed, step=state["step"],
-                               dist=dist, plan_lengths=r.recipe.plan_lengths,
-                               **{**gen_kw, "generator": sched.eval_generator})
+        ev = _heldout(r, cfg, sched, dist, gen_kw, state["step"])
         r.model.train()
         failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
@@ -229,6 +229,17 @@ def _alarms(stats: dict, state: dict, cfg, say, dist) -> None:
         say(f"[scalerl] ALARM step {state['step']}: truncation rate {stats['truncation_rate']:.1%} > "
             f"length.alarm={cfg.length.alarm:.0%} (arXiv 2510.13786 §3.2: 10-15% destabilized training)")
     stats["alarm_truncation"] = int(stats["truncation_rate"] > cfg.length.alarm)
+
+
+def _heldout(r, cfg, sched, dist, gen_kw: dict, step: int) -> dict:
+    """The held-out pass rate, sampled by ``sched.eval_generator``: every rank its share, or, when
+    only rank 0 can reach that engine (``sched.eval_on_main``: vLLM in the generator processes
+    of a several-rank run), rank 0 all of it, its row then handed to every rank."""
+    kw = dict(samples=cfg.train.eval_samples, seed=cfg.seed, step=step, plan_lengths=r.recipe.plan_lengths,
+              **{**gen_kw, "generator": sched.eval_generator})
+    if not sched.eval_on_main:
+        return heldout_pass_rate(r.task, dist=dist, **kw)
+    return from_main(heldout_pass_rate(r.task, dist=Dist(device=dist.device), **kw) if dist.main else None)
 
 
 def _stop_agreed(stop: StopRequest, dist) -> bool:

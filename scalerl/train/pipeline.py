@@ -23,6 +23,16 @@ their prompts are drawn again from the sampler state of the checkpoint's step,
 and the tokens they had cost are not counted (like a step cut short). The
 generators resume from the checkpoint's weights, so the first batches after a
 resume are fresher than they would have been.
+
+Several trainer ranks (torchrun, srun): rank 0 alone owns the generator pool. It
+orders, collects and scores every step's batch, then hands each rank its share,
+the groups the in-process schedule would have it generate (``scatter_batch``), so
+the loop's all-gathers, advantages and keep mask are those of the sync run. Every
+rank draws the same prompts from its own sampler (the snapshots a checkpoint
+saves are the same on every rank) and joins each weight gather (collective when
+the trainer is sharded); only rank 0 sends the weights on. DAPO refills are
+refused with several ranks (``config/derive.py``): rank 0 would draw the refill
+prompts alone.
 """
 from __future__ import annotations
 
@@ -30,12 +40,23 @@ import time
 from dataclasses import replace
 
 import torch
+import torch.distributed as torch_dist
 
 from scalerl.asynchrony.base import Plan, within_lag
 from scalerl.generation.interface import Generation, SamplingParams, cat_generations
 from scalerl.generation.pool import GeneratorPool
 from scalerl.generation.worker import Shard, WorkerSpec
-from scalerl.train.rollout import Rollout, make_request, plan_rng, prompt_seeds, refill, score
+from scalerl.train.rollout import (
+    Rollout,
+    make_request,
+    plan_rng,
+    prompt_seeds,
+    refill,
+    rollout_from_state,
+    rollout_share,
+    rollout_state,
+    score,
+)
 from scalerl.train.schedule import Batch, batch_stats
 from scalerl.train.weights import trainer_state_dict
 
@@ -61,10 +82,49 @@ def split(n_items: int, parts: int) -> list[slice]:
     return out
 
 
+def scatter_batch(whole: tuple[Batch, dict] | None, per_rank: int, device: torch.device) -> tuple[Batch, dict]:
+    """Rank 0's scored batch (``whole``: the batch and its stats; None on the other ranks) handed
+    out over the default process group: rank k gets groups ``[k * per_rank, (k + 1) * per_rank)``,
+    the share ``LocalSchedule`` gives it, with the whole step's prompts and rank 0's batch stats.
+    The shares travel pickled, on the CPU (copied, or each would carry the whole batch's storage);
+    under NCCL the object collective stages them through the rank's GPU (untested: one GPU here)."""
+    send = None
+    if whole is not None:
+        batch, stats = whole
+        send = []
+        for k in range(torch_dist.get_world_size()):
+            groups = slice(k * per_rank, (k + 1) * per_rank)
+            state = _cpu_copy(rollout_state(rollout_share(batch.rollout, groups)))
+            send.append((state, batch.fresh[groups].clone(), list(batch.prompts), stats))
+    out = [None]
+    torch_dist.scatter_object_list(out, send, src=0)
+    state, fresh, prompts, stats = out[0]
+    return Batch(rollout_from_state(state, device), prompts, fresh), stats
+
+
+def from_main(obj):
+    """Rank 0's ``obj`` on every rank (the default process group)."""
+    box = [obj]
+    torch_dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _cpu_copy(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", copy=True)
+    if isinstance(x, dict):
+        return {k: _cpu_copy(v) for k, v in x.items()}
+    return x
+
+
 class PipelineSchedule:
-    def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, device: torch.device, gen_threads: int):
+    def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, device: torch.device, gen_threads: int,
+                 rank: int = 0, mine: slice | None = None):
         self.plan, self.r, self.cfg, self.gen_kw, self.device = plan, r, cfg, gen_kw, device
         self.generator_devices = plan.generators
+        self.main = rank == 0
+        self.per_rank = cfg.batch.prompts if mine is None else mine.stop - mine.start
+        self.world = torch_dist.get_world_size() if torch_dist.is_initialized() else 1
         spec = WorkerSpec(
             rank=0, n_generators=plan.generators, checkpoint=str(r.checkpoint), device="cpu",
             dtype=str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch."),
@@ -72,8 +132,10 @@ class PipelineSchedule:
             attn_implementation=r.attn, threads=gen_threads,
             timeout_s=plan.timeout_s, in_flight=plan.in_flight, schema=(),
             generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
-        self.pool = GeneratorPool(spec, plan.generators, trainer_state_dict(r.model),
-                                  devices=[generator_device(device, j) for j in range(plan.generators)])
+        state = trainer_state_dict(r.model)  # collective when sharded: every rank joins
+        self.pool = GeneratorPool(spec, plan.generators, state,  # rank 0 alone talks to the generators
+                                  devices=[generator_device(device, j) for j in range(plan.generators)]
+                                  ) if self.main else None
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
         self.jobs: dict[int, int] = {}  # step -> the job of its batch
         self.next_job = 1
@@ -85,24 +147,37 @@ class PipelineSchedule:
 
     @property
     def pids(self) -> list[int]:
-        return self.pool.pids
+        return self.pool.pids if self.main else []
+
+    @property
+    def eval_on_main(self) -> bool:
+        """Evaluation is sampled by the generator processes (``eval_generator``), which only rank 0
+        talks to: with several ranks, rank 0 evaluates the whole held-out split alone."""
+        return self.world > 1 and self.r.engine_in_generators
 
     # --------------------------------------------------------------- stream
     def start(self, version: int) -> None:
         self.r.generator.version = version
         self.snapshots[version] = self.r.sampler.state_dict()
         self.dispatched = version
-        self.pool.start()
+        if self.main:
+            self.pool.start()
         self._dispatch(version)
-        self.push_s = self.pool.push(version, trainer_state_dict(self.r.model))
+        self.push_s = self._push(version)
+
+    def _push(self, version: int) -> float:
+        """Every rank gathers the full weights (collective when sharded); rank 0 sends them."""
+        state = trainer_state_dict(self.r.model)
+        return self.pool.push(version, state) if self.main else 0.0
 
     def _dispatch(self, version: int) -> None:
         """Order every step the lag bound lets the generators start from ``version`` on."""
         r, cfg = self.r, self.cfg
         for s in range(self.dispatched + 1, self.plan.ordered_through(version, cfg.train.steps) + 1):
             index = r.sampler.next(cfg.batch.prompts)
-            self.snapshots[s] = r.sampler.state_dict()
-            self.jobs[s] = self._order(s, index, 0)
+            self.snapshots[s] = r.sampler.state_dict()  # every rank draws: the same sampler everywhere
+            if self.main:
+                self.jobs[s] = self._order(s, index, 0)
             self.dispatched = s
 
     def _order(self, step: int, index: list[int], round_: int) -> int:
@@ -151,8 +226,20 @@ class PipelineSchedule:
         return ro, parts
 
     def rollout(self, step: int) -> Batch:
-        r, G = self.r, self.cfg.batch.generations
         t0 = time.perf_counter()
+        whole = self._collect(step) if self.main else None
+        if self.world > 1:  # each rank its share; rank 0's stats everywhere
+            batch, self.last = scatter_batch(whole, self.per_rank, self.device)
+        else:
+            batch, self.last = whole
+        for s in [s for s in self.snapshots if s < step]:
+            del self.snapshots[s]
+        self.wait_s = time.perf_counter() - t0
+        return batch
+
+    def _collect(self, step: int) -> tuple[Batch, dict]:
+        """Rank 0: the step's whole batch from the generators, scored and refilled, with its stats."""
+        r, G = self.r, self.cfg.batch.generations
         depth = sum(self.pool.ready(self.jobs[s]) for s in range(step, self.dispatched + 1))
         ro, parts = self._receive(self.jobs.pop(step), step)
         clocks = [h for _, h in parts]
@@ -165,24 +252,21 @@ class PipelineSchedule:
                 self.snapshots[step] = r.sampler.state_dict()
             return fresh
 
-        ro = refill(ro, r.recipe.refill_rounds, r.recipe.keep, draw)
-        self.wait_s = time.perf_counter() - t0
+        ro = refill(ro, r.recipe.refill_rounds, r.recipe.keep, draw)  # one rank only (derive.py)
         fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.plan.max_lag).cpu()
         idle = []
         for j, h in enumerate(clocks):
             idle_before, t_before = self.clocks[j]
             idle.append((h["idle_s"] - idle_before) / max(h["elapsed_s"] - t_before, 1e-9))
             self.clocks[j] = (h["idle_s"], h["elapsed_s"])
-        self.last = {**batch_stats(ro, fresh, step - 1), "queue_depth": depth,
-                     "generator_idle_frac": sum(idle) / len(idle)}
-        for s in [s for s in self.snapshots if s < step]:
-            del self.snapshots[s]
-        return Batch(ro, ro.prompt_index, fresh)
+        stats = {**batch_stats(ro, fresh, step - 1), "queue_depth": depth,
+                 "generator_idle_frac": sum(idle) / len(idle)}
+        return Batch(ro, ro.prompt_index, fresh), stats
 
     def publish(self, step: int) -> None:
         self.r.generator.version = step
         self._dispatch(step)  # orders before the push: a generator that has the push has the orders
-        self.push_s = self.pool.push(step, trainer_state_dict(self.r.model)) if self.plan.pushes_after(step) else 0.0
+        self.push_s = self._push(step) if self.plan.pushes_after(step) else 0.0
 
     def stats(self, wall: float) -> dict:
         return {**self.last, "trainer_idle_frac": min(self.wait_s / wall, 1.0) if wall > 0 else 0.0,
@@ -204,7 +288,8 @@ class PipelineSchedule:
         pass
 
     def close(self) -> None:
-        self.pool.close()
+        if self.pool is not None:
+            self.pool.close()
 
 
 class _Generators:

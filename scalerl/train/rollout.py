@@ -127,6 +127,29 @@ def rollout_from_state(state: dict, device) -> Rollout:
     return Rollout(**{**state, **tokens, "gen": Generation(**state["gen"]).to(device)})
 
 
+def rollout_share(ro: Rollout, groups: slice) -> Rollout:
+    """The groups ``groups`` of ``ro``, as the rank that owns them would have sampled and scored them
+    itself (``rollout(..., mine=groups)``): prompt padding and completion columns trimmed to the
+    share's widest row (``left_pad`` and the torch sampler do the same), its own token count.
+    Rank 0 of a pipeline_rl run splits the generators' batch with it (``pipeline.scatter_batch``)."""
+    G = ro.correct.shape[1]
+    rows = slice(groups.start * G, groups.stop * G)
+    mask = ro.prompt_mask[groups]
+    width = int(mask.sum(-1).max()) if mask.numel() else 0
+    present = ro.gen.present[rows]
+    length = int(present.sum(-1).max()) if present.numel() else 0
+    gen = Generation(**{f.name: _cols(getattr(ro.gen, f.name)[rows], slice(0, length))
+                        for f in dataclasses.fields(Generation)})
+    cut = slice(mask.shape[1] - width, mask.shape[1])
+    ids, mask = ro.prompt_ids[groups][:, cut], mask[:, cut]
+    return Rollout(ro.prompt_index[groups], ids, mask, gen, ro.correct[groups], ro.rewards[groups],
+                   int(mask.sum()) + int(present.sum()), {k: v[groups] for k, v in ro.flags.items()})
+
+
+def _cols(t: torch.Tensor, cols: slice) -> torch.Tensor:
+    return t[:, cols] if t.dim() == 2 else t
+
+
 def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok, task, max_new_tokens: int,
                      temperature, device) -> Rollout:
     """Generate ``group`` completions for each problem (in this process) and grade them."""

@@ -49,6 +49,8 @@ class Schedule(Protocol):
     """The generator processes (none in the trainer's process)."""
     eval_generator: Generator
     """What samples the held-out evaluation, at the trainer's current version."""
+    eval_on_main: bool
+    """Only rank 0 can sample with ``eval_generator``: it evaluates the whole split alone."""
 
     def start(self, version: int) -> None: ...
 
@@ -82,6 +84,7 @@ class LocalSchedule:
 
     generator_devices = 0
     pids: list[int] = []
+    eval_on_main = False  # every rank samples its share in-process
 
     def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, rank: int, mine: slice,
                  own_generator: Optional[TorchGenerator] = None):

@@ -234,4 +234,4 @@ def build_schedule(cfg, r: Run, *, gen_kw: dict, device: torch.device, threads: 
         return LocalSchedule(plan, r, cfg, gen_kw=gen_kw, rank=rank, mine=mine, own_generator=own_generator(r, device))
     gen_threads = plan.generator_threads or max(1, threads // (1 + plan.generators))
     torch.set_num_threads(max(1, threads - plan.generators * gen_threads))
-    return PipelineSchedule(plan, r, cfg, gen_kw=gen_kw, device=device, gen_threads=gen_threads)
+    return PipelineSchedule(plan, r, cfg, gen_kw=gen_kw, device=device, gen_threads=gen_threads, rank=rank, mine=mine)
