@@ -29,11 +29,18 @@ class AsyncConfig:
     timeout_s: float = 300.0
     """Longest wait on the other side (start-up, a rollout, a weight push, a message) before the run
     fails with an error naming the stage. Must exceed the trainer's longest pause (eval + checkpoint)."""
+    external_generators: int = 0
+    """Of the ``generators``, how many the trainer does not start: the last ones (indices
+    ``generators - external_generators`` on), which an operator starts on other nodes and which
+    join with the trainer's address (docs/async.md, 'Generators on other nodes'). Start-up waits
+    for them up to ``timeout_s``."""
 
     def __post_init__(self) -> None:
         check(self.generators >= 0, "async.generators", f"must be >= 0, got {self.generators}")
         check(self.generator_threads >= 0, "async.generator_threads", f"must be >= 0, got {self.generator_threads}")
         check(self.timeout_s > 0, "async.timeout_s", f"must be > 0, got {self.timeout_s}")
+        check(0 <= self.external_generators <= self.generators, "async.external_generators",
+              f"must be between 0 and async.generators ({self.generators}), got {self.external_generators}")
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,14 @@
 weights, collect rollouts, stop them.
 
 Each generator is a plain ``python -m scalerl.generation.worker`` process that
-connects back to the trainer's ``Hub`` (``transport.py``), so the same worker
-could be started on another node. The pool knows nothing of tasks, rewards or
-the training loop: orders are token ids and sampling settings, replies are
-``Generation`` shards with the generator's clock.
+connects back to the trainer's ``Hub`` (``transport.py``) at the run's address.
+The pool starts generator j itself, as a child that dies with the trainer, or,
+for the last ``external`` of them (``async.external_generators``), waits for an
+operator to start it on another node with the address and its index alone
+(docs/async.md, 'Generators on other nodes'). A child is judged dead by its
+exit status at once, any generator by its heartbeat (``Hub.health``). The pool
+knows nothing of tasks, rewards or the training loop: orders are token ids and
+sampling settings, replies are ``Generation`` shards with the generator's clock.
 """
 from __future__ import annotations
 
@@ -15,13 +19,14 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
-from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub
+from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub, run_host
 from scalerl.generation.weights import buckets, empty_buffers, pack, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
 
@@ -52,6 +57,19 @@ def _death_signal():
     return arm
 
 
+def write_secret(hub: Hub, folder: Path) -> Path:
+    """The run's secret in a file only this user can read (a 0700 folder, a 0600 file), for an
+    operator starting generators elsewhere: a log line or argv would be world-readable. In the
+    home folder by default, which a cluster's nodes usually share."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    path = folder / f"generators-{hub.host.replace(':', '_')}-{hub.store.port}.hex"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(hub.secret.hex())
+    return path
+
+
 def spawn_child(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
     """Start a generator process that dies with this one, whatever the moment."""
     return subprocess.Popen(list(argv), env=dict(env), preexec_fn=_death_signal())
@@ -61,11 +79,18 @@ class GeneratorPool:
     worker = ("-m", "scalerl.generation.worker")
     """The generator's command after the interpreter (a test's paced worker replaces it)."""
 
-    def __init__(self, spec: WorkerSpec, n: int, state: Mapping[str, torch.Tensor], devices: Sequence[str] = ()):
+    def __init__(self, spec: WorkerSpec, n: int, state: Mapping[str, torch.Tensor], devices: Sequence[str] = (),
+                 external: int = 0, host: str | None = None,
+                 secret_dir: str | Path | None = None):
         """``spec``: the settings every generator shares (rank and schema are filled in here);
         ``state``: the trainer's weights (their names, shapes and dtypes fix the push schema);
-        ``devices``: generator j's device (default: the spec's)."""
+        ``devices``: generator j's device (default: the spec's); ``external``: how many generators,
+        the last ones, an operator starts (``async.external_generators``); ``host``: the store's
+        address when ``MASTER_ADDR`` is unset (``transport.run_host``); ``secret_dir``: where the
+        secret file for an operator goes (default ``~/.scalerl/secrets``)."""
         self.n, self.timeout_s = n, spec.timeout_s
+        self.local = n - external  # generators 0 .. local-1 are this process's children
+        self.host, self.secret_dir, self.secret_file = host, secret_dir, None
         self.devices = list(devices) or [spec.device] * n
         self.schema = tuple(weight_schema(state))
         self.spec = replace(spec, schema=self.schema, n_generators=n)
@@ -81,10 +106,16 @@ class GeneratorPool:
         return [p.pid for p in self.procs]
 
     def start(self) -> None:
-        self.hub = Hub(self.n, self.timeout_s, rollout_types=(Generation,))
+        self.hub = Hub(self.n, self.timeout_s, host=run_host(self.host), rollout_types=(Generation,))
         self.hub.alive = self._death
         for j in range(self.n):
             self.hub.put_spec(j, replace(self.spec, rank=j, device=self.devices[j]))
+        if self.local < self.n:
+            self.secret_file = write_secret(self.hub, Path(self.secret_dir or Path.home() / ".scalerl" / "secrets"))
+            print(f"[scalerl] waiting up to {self.timeout_s:g} s (async.timeout_s) for generators {self.local}.."
+                  f"{self.n - 1}; start each with: {SECRET_ENV}=$(cat {self.secret_file}) python -m "
+                  f"scalerl.generation.worker {self.hub.address} J", flush=True)
+        for j in range(self.local):
             self.procs.append(spawn_child(
                 [sys.executable, *self.worker, self.hub.address, str(j), str(self.timeout_s)],
                 # no C++ stack dumps when the trainer goes; the run's secret in the environment, which only
@@ -93,6 +124,7 @@ class GeneratorPool:
         self.hub.connect()
 
     def _death(self, j: int) -> str | None:
+        """The fast path for a child: its exit status (an external one has only its heartbeat)."""
         code = self.procs[j].poll() if j < len(self.procs) else None
         return None if code is None else f"(pid {self.procs[j].pid}) exited with code {code}"
 
@@ -161,5 +193,24 @@ class GeneratorPool:
                 p.kill()
                 p.wait(timeout=10)
         if self.hub is not None:
+            self._let_external_stop(deadline)
             self.hub.close()
-        self.hub, self.procs = None, []
+        if self.secret_file is not None:
+            self.secret_file.unlink(missing_ok=True)
+        self.hub, self.procs, self.secret_file = None, [], None
+
+    def _let_external_stop(self, deadline: float) -> None:
+        """Give the external generators until ``deadline`` to read ``stop`` (their last beat says
+        "stopped"): closing the store first would have them fail on the lost connection. One that
+        does not (dead, unreachable) exits on that lost connection anyway."""
+        def stopped(j: int) -> bool:
+            try:
+                b = self.hub.beat(j)
+            except Exception:  # the store is broken: nothing more to wait for
+                return True
+            return b is None or b["state"] == "stopped"
+
+        waiting = list(range(self.local, self.n))
+        while waiting and time.monotonic() < deadline:
+            waiting = [j for j in waiting if not stopped(j)]
+            time.sleep(0.05)

@@ -5,8 +5,9 @@ Why this transport:
   each generator's start-up spec, readiness, the ordered control stream from the
   trainer (orders, weight-push announcements, probes, stop), the header of each
   rollout, "blocked" marks, state and errors. It lives in the trainer's process
-  and is reached by ``host:port``, so a generator on another node connects
-  exactly as a local one does.
+  and listens on the run's address (``run_host``: ``MASTER_ADDR`` when the
+  launcher set one, as torchrun and SLURM do), so a generator on another node
+  connects exactly as a local one does.
 - Two standalone gloo process groups (ranks: trainer 0, generator j at j+1)
   carry the bulk: rollouts as point-to-point sends (generator -> trainer), and
   weights as one broadcast per bucket (trainer -> every generator at once).
@@ -24,8 +25,9 @@ Nothing received can run code, and nobody without the run's secret can speak:
   per-run secret (``Hub.secret``, 32 random bytes), bound to its key; a reader refuses
   a value whose signature does not verify and fails with a ``TransportError``. A
   generator gets the secret in its environment (``SECRET_ENV``; readable by its own
-  user only, never in argv or a file), so a client that can reach the port but lacks
-  the secret can neither order work, announce weights nor report rollouts.
+  user only, never in argv), so a client that can reach the port but lacks the secret
+  can neither order work, announce weights nor report rollouts. An operator starting a
+  generator on another node reads it from a file only its user can read (``pool.py``).
 - Messages, rollouts and the start-up spec travel as JSON plus raw tensor bytes
   (``wire.py``), never pickle; ``decode`` builds only the dataclasses and
   functions its caller names.
@@ -37,7 +39,11 @@ Nothing received can run code, and nobody without the run's secret can speak:
 
 No silent hang: every wait has a deadline (``timeout_s``) and fails with a
 ``TransportError`` naming the stage. The trainer also fails fast when a
-generator reports an error or its process exits; a generator fails when the
+generator reports an error or its process exits (a local child), and judges a
+generator dead when its heartbeat (``Spoke.start_heartbeat``: a signed counter
+and state, every ``BEAT_S`` from a thread of its own, so it goes on while the
+generator decodes or receives weights) has not moved for ``timeout_s``: the
+only sign of life of a generator on another node. A generator fails when the
 trainer's store goes away (its process died) or stays silent past the deadline.
 Waits poll ``store.check`` (about 30 µs) with a short back-off: a timed-out
 ``store.wait`` would print a C++ warning on every retry.
@@ -50,6 +56,7 @@ import hmac
 import os
 import secrets
 import socket
+import threading
 import time
 from typing import Callable, Optional, Sequence
 
@@ -64,6 +71,25 @@ HANDSHAKE_TAG = PROBE_TAG - 1
 """The gloo tag of the connection handshake (``_handshake``)."""
 SECRET_ENV = "SCALERL_TRANSPORT_SECRET"
 """The environment variable that hands a generator process the run's secret (hex)."""
+BEAT_S = 1.0
+"""Seconds between two heartbeats of a generator (``Spoke.start_heartbeat``)."""
+LOOPBACK = "127.0.0.1"
+
+
+class DeadlineError(TransportError):
+    """A wait ran past its deadline (``timeout_s``)."""
+
+
+def run_host(explicit: Optional[str] = None) -> str:
+    """The address the trainer's store listens on: ``MASTER_ADDR`` when the launcher set it
+    (torchrun, and ``train/distributed.py`` for srun: rank 0's node, where the pool lives), else
+    ``explicit``, else loopback (a plain local run). A name is resolved once, so the address
+    generators are told is the one bound."""
+    name = os.environ.get("MASTER_ADDR") or explicit or LOOPBACK
+    try:
+        return socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)[0][4][0]
+    except socket.gaierror as e:
+        raise TransportError(f"cannot resolve the trainer's address {name!r} (MASTER_ADDR): {e}") from None
 
 
 def _td(seconds: float) -> datetime.timedelta:
@@ -148,7 +174,7 @@ def secret_from_env() -> bytes:
     text = os.environ.pop(SECRET_ENV, "")
     if len(text) != 64:
         raise TransportError(f"no run secret in ${SECRET_ENV}: a generator is started by its trainer's pool, "
-                             "which passes it")
+                             "which passes it, or by an operator from the secret file the trainer names")
     return bytes.fromhex(text)
 
 
@@ -178,7 +204,7 @@ def poll_until(ready: Callable[[], bool], *, timeout_s: float, stage: str, healt
             health(stage)
             next_health = now + health_every_s
         if now >= deadline:
-            raise TransportError(f"{stage}: still waiting after {timeout_s:g} s (async.timeout_s)")
+            raise DeadlineError(f"{stage}: still waiting after {timeout_s:g} s (async.timeout_s)")
         time.sleep(delay)
         delay = min(delay * 2, 0.005)
     return time.monotonic() - t0
@@ -187,10 +213,10 @@ def poll_until(ready: Callable[[], bool], *, timeout_s: float, stage: str, healt
 class Hub:
     """The trainer's end: hosts the store, sends control messages and weights, receives rollouts."""
 
-    def __init__(self, n_generators: int, timeout_s: float, host: str = "127.0.0.1", rollout_types: Sequence[type] = ()):
+    def __init__(self, n_generators: int, timeout_s: float, host: str = LOOPBACK, rollout_types: Sequence[type] = ()):
         self.n, self.timeout_s, self.host = n_generators, timeout_s, host
         self.secret = secrets.token_bytes(32)
-        """The run's secret: give it to generators through ``SECRET_ENV``, never argv or a file."""
+        """The run's secret: give it to generators through ``SECRET_ENV``, never argv."""
         self.rollout_types = tuple(rollout_types)
         """The dataclasses a rollout or probe reply may hold (``decode``)."""
         self._sock = _listen(host)
@@ -202,10 +228,13 @@ class Hub:
         self.alive: Callable[[int], Optional[str]] = lambda j: None
         """Set by the process owner: a description of generator j's death, or None while it lives."""
         self._rollouts = self._weights = None
+        self._beats: dict[int, tuple[int, float, dict]] = {}
+        """Generator j's last heartbeat: (its counter, this clock when it last moved, the beat)."""
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.store.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.store.port}"
 
     # ---------------------------------------------------------------- start-up
     def put_spec(self, j: int, spec) -> None:
@@ -244,16 +273,60 @@ class Hub:
         self.forgotten = max(upto, self.forgotten)
 
     def wait(self, ready: Callable[[], bool], stage: str) -> float:
-        return poll_until(ready, timeout_s=self.timeout_s, stage=stage, health=self.health)
+        try:
+            return poll_until(ready, timeout_s=self.timeout_s, stage=stage, health=self.health)
+        except DeadlineError as e:  # say what each generator was last heard doing, and when
+            raise DeadlineError(f"{e}; {self.heard()}") from None
 
     def health(self, stage: str) -> None:
-        """Raise if a generator reported an error or its process is gone."""
+        """Raise if a generator reported an error, its process is gone, or its heartbeat stopped."""
         for j in range(self.n):
             if self.store.check([f"error/{j}"]):
                 raise TransportError(f"{stage}: generator {j} failed: {self.signed.get(f'error/{j}').decode()}")
             death = self.alive(j)
             if death:
                 raise TransportError(f"{stage}: generator {j} {death}")
+            self._judge_beat(j, stage)
+
+    def beat(self, j: int) -> Optional[dict]:
+        """Generator j's latest heartbeat ({n, state, host, pid}), or None before its first."""
+        key = f"beat/{j}"
+        if not self.store.check([key]):
+            return None
+        b = decode(self.signed.get(key))
+        seen = self._beats.get(j)
+        if seen is None or seen[0] != b["n"]:
+            self._beats[j] = (b["n"], time.monotonic(), b)
+        return b
+
+    def _judge_beat(self, j: int, stage: str) -> None:
+        """Dead when the heartbeat has not moved for ``timeout_s`` (plus two beats: the beat seen
+        move may already have been a beat old), measured on this clock (the generator's may be
+        another node's). ``timeout_s``, not less: a beat comes every ``BEAT_S`` from its own
+        thread, but a process that holds the GIL in a long native call (a checkpoint load, an
+        engine's compilation) may miss some, and ``timeout_s`` already bounds every other silence
+        the run tolerates; a wait that started before the silence ends on its own deadline, and
+        says what was last heard (``heard``). Before a first beat, the start-up deadline covers it."""
+        b = self.beat(j)
+        if b is None:
+            return
+        quiet = time.monotonic() - self._beats[j][1]
+        if quiet > self.timeout_s + 2 * BEAT_S:
+            raise TransportError(f"{stage}: generator {j} on {b['host']} (pid {b['pid']}) is presumed dead: its "
+                                 f"heartbeat has not moved for {quiet:.0f} s (async.timeout_s={self.timeout_s:g}); "
+                                 f"it was last {b['state']!r}")
+
+    def heard(self) -> str:
+        """Per generator: where it runs, how long since its heartbeat moved, its last state."""
+        now, parts = time.monotonic(), []
+        for j in range(self.n):
+            if j not in self._beats:
+                parts.append(f"generator {j}: no heartbeat yet")
+                continue
+            _, moved, b = self._beats[j]
+            parts.append(f"generator {j} on {b['host']} (pid {b['pid']}): heartbeat moved {now - moved:.1f} s ago, "
+                         f"last {b['state']!r}")
+        return "; ".join(parts)
 
     def explain(self, stage: str, grace_s: float = 5.0) -> None:
         """After a failed collective: raise naming the generator that died, if one did. A killed
@@ -321,13 +394,43 @@ class Spoke:
                  message_types: Sequence[type] = (), functions: Sequence[Callable] = ()):
         """``message_types``/``functions``: what the spec and control messages may hold (``decode``)."""
         host, port = address.rsplit(":", 1)
+        self.host, self.port = host.strip("[]"), int(port)
         self.j, self.timeout_s, self.seq = j, timeout_s, 0
         self.types, self.functions = tuple(message_types), tuple(functions)
-        self.store = dist.TCPStore(host, int(port), None, False, _td(timeout_s))
+        self.store = dist.TCPStore(self.host, self.port, None, False, _td(timeout_s))
         self.signed = Signed(self.store, secret)
-        self.local = _local_address(host, int(port))
+        self.local = _local_address(self.host, self.port)
         self._rollouts = self._weights = None
         self._sends: list = []  # (work, buffer): a gloo send completes once the trainer receives
+        self.state = "starting"
+        self.lost: Optional[str] = None
+        """Set by the heartbeat thread when the trainer's store went away: why."""
+        self._beating: Optional[threading.Thread] = None
+        self._quiet = threading.Event()
+
+    def start_heartbeat(self) -> None:
+        """Write a signed ``beat/j`` (counter, state, host, pid) every ``BEAT_S`` from a daemon
+        thread, on a store connection of its own (the main thread's may be mid-request). Torch's
+        decode steps, gloo waits and checkpoint reads release the GIL, so it beats through them.
+        A failed write means the trainer's store is gone: ``lost`` says why, and the generator
+        stops at its next decode step or wait (``GeneratorServer``) instead of being orphaned."""
+        store = Signed(dist.TCPStore(self.host, self.port, None, False, _td(self.timeout_s)), self.signed._secret)
+        info = {"host": self.local, "pid": os.getpid()}
+
+        def beat() -> None:
+            n = 0
+            while True:
+                try:
+                    store.set(f"beat/{self.j}", encode({**info, "n": n, "state": self.state}))
+                except Exception as e:  # the store's process died, or the link to it did
+                    self.lost = f"lost the trainer's store at {self.host}:{self.port} ({str(e).splitlines()[0]})"
+                    return
+                n += 1
+                if self._quiet.wait(BEAT_S):
+                    return
+
+        self._beating = threading.Thread(target=beat, name=f"heartbeat-{self.j}", daemon=True)
+        self._beating.start()
 
     def spec(self):
         return decode(self.signed.get(f"spec/{self.j}"), self.types, self.functions)
@@ -351,6 +454,7 @@ class Spoke:
         return msg
 
     def set_state(self, text: str) -> None:
+        self.state = text
         self.signed.set(f"state/{self.j}", text.encode())
 
     def mark_blocked(self, version: int) -> None:
@@ -375,10 +479,20 @@ class Spoke:
 
     def close(self) -> None:
         """Abort the process groups: sends the trainer will never receive (it stopped first) must
-        not hold this process at exit."""
+        not hold this process at exit. The heartbeat's last beat says "stopped"."""
         _abort(self._rollouts, self._weights)
         self._rollouts = self._weights = None
         self._sends.clear()
+        if self._beating is not None:
+            self._quiet.set()
+            self._beating.join(timeout=self.timeout_s)
+            self._beating = None
+            self.state = "stopped"
+            try:
+                self.signed.set(f"beat/{self.j}", encode({"host": self.local, "pid": os.getpid(), "n": -1,
+                                                          "state": self.state}))
+            except Exception:  # the trainer is gone: nobody to tell
+                pass
 
     def report_error(self, text: str) -> None:
         try:

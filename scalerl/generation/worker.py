@@ -1,8 +1,8 @@
 """The generator process: its own copy of the weights, in its own precision.
 
-    python -m scalerl.generation.worker HOST:PORT RANK TIMEOUT_S
+    python -m scalerl.generation.worker HOST:PORT RANK [TIMEOUT_S]
 
-connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
+(the run's secret in ``$SCALERL_TRANSPORT_SECRET``) connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
 builds the run's generation engine (the ``generation`` option, through the
 ``GENERATORS`` registry: the torch sampler over its own copy of the checkpoint,
 or a vLLM engine) in the generator's own dtype with the precision axis's
@@ -21,16 +21,22 @@ stream in order:
   of what it samples, not logits, and its pushes are checked on those);
 - ``stop``: exit.
 
-Locally the trainer starts these processes itself (``pool.py``); on a cluster
-the same command could run on other nodes, given the trainer's address and the
-run's secret in ``$SCALERL_TRANSPORT_SECRET`` (``transport.py``: every message is
-signed with it; a network namespace apart is tested, other nodes are not).
+Locally the trainer starts these processes itself (``pool.py``); with
+``async.external_generators`` an operator runs the same command on other nodes,
+given the address and index the trainer prints and the run's secret from the
+file it names (docs/async.md; ``transport.py``: every message is signed with it;
+a network namespace apart is tested, other machines are not). ``TIMEOUT_S``
+bounds joining (default ``JOIN_TIMEOUT_S``); after that the spec's
+``async.timeout_s`` applies. A heartbeat thread tells the trainer this process
+lives (``Spoke.start_heartbeat``) and, when the trainer's store goes away, makes
+it stop at its next decode step or wait.
 SIGINT/SIGTERM/SIGUSR2 are ignored: the trainer stops its
 generators after it has checkpointed, and a generator whose trainer died exits
 when the store connection drops.
 """
 from __future__ import annotations
 
+import datetime
 import heapq
 import os
 import signal
@@ -90,6 +96,10 @@ class Shard:
     on which generator produced it (``noise.py``)."""
 
 
+JOIN_TIMEOUT_S = 300.0
+"""How long a generator started by hand waits for the trainer's store and its spec."""
+
+
 class _Stopped(Exception):
     pass
 
@@ -143,6 +153,7 @@ class GeneratorServer:
         t = time.monotonic()
 
         def ready() -> bool:
+            self.check_trainer()
             self.drain()
             ok = cond() or self.stopping
             if not ok and self.version is not None and self.marked != self.version + 1:
@@ -182,7 +193,13 @@ class GeneratorServer:
         subclass raises it to pin a schedule: tests/paced_worker.py.)"""
         return min_version
 
+    def check_trainer(self) -> None:
+        """Stop when the heartbeat thread lost the trainer's store (nobody will read what this makes)."""
+        if self.spoke.lost:
+            raise TransportError(f"generator {self.spec.rank}: {self.spoke.lost}; stopping")
+
     def between_steps(self, step: int, t: int) -> None:
+        self.check_trainer()
         if self.spec.in_flight:
             self.drain()  # a push announced now is swapped in before this decode step
         if self.stopping:
@@ -233,12 +250,19 @@ def build_engine(spec: WorkerSpec):
 def main(argv: list[str], server_cls: type[GeneratorServer] = GeneratorServer) -> int:
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)  # the trainer decides when this process stops
-    address, rank, timeout_s = argv[0], int(argv[1]), float(argv[2])
+    if len(argv) not in (2, 3):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    address, rank = argv[0], int(argv[1])
+    timeout_s = float(argv[2]) if len(argv) > 2 else JOIN_TIMEOUT_S
     spoke = None
     try:
         types, functions = wire_types()
         spoke = Spoke(address, rank, timeout_s, secret_from_env(), message_types=types, functions=functions)
         spec = spoke.spec()
+        spoke.timeout_s = spec.timeout_s  # the run's own deadline from here on
+        spoke.store.set_timeout(datetime.timedelta(seconds=spec.timeout_s))
+        spoke.start_heartbeat()  # before the model loads: that can take a while, and it is alive
         server = server_cls(spoke, spec)
         spoke.connect(spec.n_generators)
         print(f"[scalerl] generator {rank} ready: pid {os.getpid()}, {spec.device}, {spec.dtype} body, "

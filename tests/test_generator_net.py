@@ -1,0 +1,266 @@
+"""Generators anywhere (issue 25, items 3 and 4): the trainer's store listens on the run's
+address (``MASTER_ADDR``), a generator joins with that address and its index alone (the
+real worker entry point, the secret from a file only the user can read), the trainer judges
+a generator by its heartbeat, and a run started with ``async.external_generators`` waits for
+a generator someone else starts and finishes with it.
+
+The network tests put the trainer and the generator in two network namespaces joined by a
+veth pair (addresses made here, nothing external), so no loopback shortcut can pass; taking
+the generator's link down is a generator on another node that vanished without a word."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, read_rows
+
+from scalerl.generation.transport import BEAT_S, Hub, Spoke, TransportError
+
+LINE = re.compile(r"SCALERL_TRANSPORT_SECRET=\$\(cat (\S+)\) python -m scalerl.generation.worker (\S+) J")
+
+
+def _env(**extra: str) -> dict:
+    """The environment of a child (read now: the session's cache is set after import)."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "TORCH_CPP_LOG_LEVEL": "ERROR", **extra}
+
+
+def _join_line(stream, lines: list[str], timeout: float = 120) -> tuple[Path, str]:
+    """Read the trainer's output until its one line for the operator: (secret file, address)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line)
+        if m := LINE.search(line):
+            return Path(m.group(1)), m.group(2)
+    raise AssertionError("the trainer never said how to start its generators:\n" + "".join(lines)[-3000:])
+
+
+def _secret_of(path: Path) -> str:
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    return path.read_text()
+
+
+# ------------------------------------------------------------------ heartbeat
+def test_a_spoke_that_stops_beating_is_declared_dead_and_one_that_beats_is_not():
+    timeout_s = 2.0
+    hub = Hub(2, timeout_s=timeout_s)
+    spokes = [Spoke(hub.address, j, timeout_s, hub.secret) for j in range(2)]
+    try:
+        for s in spokes:
+            s.start_heartbeat()
+        spokes[1].set_state("step 3: generating")
+        deadline = time.monotonic() + 30
+        while hub.beat(0) is None or hub.beat(1) is None or hub.beat(1)["state"] != "step 3: generating":
+            assert time.monotonic() < deadline, "no heartbeat arrived"
+            time.sleep(0.05)
+        hub.health("alive")  # both beat: nobody is dead
+        # Generator 1 falls silent (its thread stops, as a frozen or unreachable process's would);
+        # generator 0 goes on beating.
+        spokes[1]._quiet.set()
+        spokes[1]._beating.join()
+        with pytest.raises(TransportError) as e:
+            while True:
+                hub.health("waiting for step 3's rollout")
+                time.sleep(0.1)
+        msg = str(e.value)
+        assert msg.startswith("waiting for step 3's rollout: generator 1 on 127.0.0.1 (pid ")
+        assert f"(async.timeout_s={timeout_s:g}); it was last 'step 3: generating'" in msg
+        # Declared dead only after timeout_s (+2 beats) without a move: the quiet it reports.
+        quiet = float(re.search(r"has not moved for (\d+) s", msg).group(1))
+        assert quiet >= round(timeout_s + 2 * BEAT_S) - 1
+        hub._judge_beat(0, "still")  # the one that beats is still alive
+    finally:
+        for s in spokes:
+            s.close()
+        hub.close()
+
+
+def test_the_store_listens_on_master_addr(monkeypatch):
+    from scalerl.generation.transport import run_host
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    assert run_host() == "127.0.0.1" and run_host("127.0.0.2") == "127.0.0.2"
+    monkeypatch.setenv("MASTER_ADDR", "localhost")  # what torchrun/SLURM set wins, resolved to an address
+    assert run_host("127.0.0.2") in ("127.0.0.1", "::1")
+
+
+# --------------------------------------------------------- two network namespaces
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def two_namespaces():
+    """Network namespaces A (10.232.k.1, the trainer) and B (10.232.k.2, the generator) joined by
+    a veth pair; yields (A, B, the trainer's address, the generator's link)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make network namespaces (CI runs as root)")
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        pytest.skip("needs iproute2 (ip) and util-linux (unshare) to make network namespaces")
+    k = os.getpid() % 200 + 20
+    a, b = f"scalerl-gna{k}", f"scalerl-gnb{k}"
+    try:
+        _ip("netns", "add", a)
+        _ip("netns", "add", b)
+    except subprocess.CalledProcessError as e:
+        subprocess.run(["ip", "netns", "del", a], capture_output=True)
+        pytest.skip(f"cannot make network namespaces here: {e.stderr.decode().strip()}")
+    try:
+        _ip("link", "add", f"gna{k}", "type", "veth", "peer", "name", f"gnb{k}")
+        _ip("link", "set", f"gna{k}", "netns", a)
+        _ip("link", "set", f"gnb{k}", "netns", b)
+        for ns, dev, addr in ((a, f"gna{k}", f"10.232.{k}.1/24"), (b, f"gnb{k}", f"10.232.{k}.2/24")):
+            _ip("-n", ns, "addr", "add", addr, "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield a, b, f"10.232.{k}.1", f"gnb{k}"
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+TRAINER = r"""
+import json, socket, sys, time, torch
+from functools import partial
+from scalerl.generation.interface import SamplingParams
+from scalerl.generation.pool import GeneratorPool
+from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.transport import TransportError
+from scalerl.generation.worker import Shard, WorkerSpec
+from scalerl.models.load import load_checkpoint
+from scalerl.models.policy import Policy
+from scalerl.precision import PRECISIONS
+
+ckpt, secret_dir, timeout_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
+torch.set_num_threads(1)  # the generator's thread count: the same kernels give the same bits
+model, _ = load_checkpoint(ckpt, dtype=torch.float32, device=torch.device("cpu"))
+heads = partial(PRECISIONS["fp32_head"].fn, cfg=PRECISIONS["fp32_head"].schema())
+spec = WorkerSpec(rank=0, n_generators=1, checkpoint=ckpt, device="cpu", dtype="float32", compute_dtype="float32",
+                  heads=heads, attn_implementation=None, threads=1, timeout_s=120, in_flight=True, schema=())
+pool = GeneratorPool(spec, 1, model.state_dict(), external=1, secret_dir=secret_dir)
+pool.start()  # MASTER_ADDR: listens there; external: waits for the generator to join
+port = int(pool.hub.address.rsplit(":", 1)[1])
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5)
+    loopback = "open"
+except OSError:
+    loopback = "closed"
+pool.push(0, model.state_dict())
+params = SamplingParams(max_new_tokens=6, eos_token_id=2, pad_token_id=0, seeds=torch.tensor([11, 12]))
+prompts = [[1, 20, 21, 22], [1, 23]]
+pool.order(1, 1, 0, [Shard(prompts, params)])
+[(gen, header)] = pool.collect(1, 1)
+h = heads(torch.float32)
+ref = TorchGenerator(Policy(model, gen_head=h.gen, train_head=h.gen), torch.device("cpu")).generate(prompts, params)
+print(json.dumps({"same": torch.equal(gen.tokens, ref.tokens) and torch.equal(gen.logprobs, ref.logprobs),
+                  "tokens": gen.tokens.tolist(), "loopback": loopback}), flush=True)
+pool.hub.timeout_s = timeout_s  # start-up (imports on a loaded machine) had 120 s; the failure gets a short deadline
+pool.order(2, 2, 5, [Shard(prompts, params)])  # weights >= 5 never come: the generator waits, beating
+while not (pool.hub.beat(0) or {}).get("state", "").startswith("step 2"):
+    time.sleep(0.05)
+print("WAITING", flush=True)
+t0 = time.monotonic()
+try:
+    pool.collect(2, 2)
+    error = "collected"
+except TransportError as e:
+    error = str(e)
+print(json.dumps({"error": error, "after_s": time.monotonic() - t0}), flush=True)
+pool.close(grace_s=1)
+"""
+
+
+@pytest.mark.slow
+def test_a_generator_in_another_namespace_joins_by_address_and_its_lost_link_fails_the_run(
+        two_namespaces, tiny_cfg, tmp_path):
+    from scalerl.train.setup import prepare_checkpoint
+
+    a, b, host, link = two_namespaces
+    _, ckpt = prepare_checkpoint(tiny_cfg())
+    timeout_s = 10
+    trainer = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, "-c", TRAINER, str(ckpt),
+                                str(tmp_path / "secrets"), str(timeout_s)], cwd=REPO, env=_env(MASTER_ADDR=host),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    gen = None
+    try:
+        lines: list[str] = []
+        secret_file, address = _join_line(trainer.stdout, lines)
+        assert address.startswith(f"{host}:")  # the run's address, told to the operator; the secret is not
+        assert not any(_secret_of(secret_file) in line for line in lines)
+        # The operator's command, in the other namespace: the address and the index alone.
+        gen = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "scalerl.generation.worker", address, "0"],
+                               cwd=REPO, env=_env(SCALERL_TRANSPORT_SECRET=_secret_of(secret_file)),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first = None
+        for line in trainer.stdout:
+            lines.append(line)
+            if line.startswith("{"):
+                first = json.loads(line)
+            if line.startswith("WAITING"):
+                break
+        assert first is not None, "".join(lines)[-3000:] + (gen.kill() or gen.communicate()[0])[-3000:]
+        assert first["loopback"] == "closed"  # bound to 10.232.k.1 only
+        assert first["same"], first  # the remote generator's rollout equals the trainer's own sampler's
+        _ip("-n", b, "link", "set", link, "down")  # the generator's node drops off the network
+        out, _ = trainer.communicate(timeout=120)
+        lines.append(out)
+        last = json.loads(out.strip().splitlines()[-1])
+    finally:
+        for p in (trainer, gen):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    msg = last["error"]
+    assert msg.startswith("waiting for step 2's rollout (job 2) (generator 0 is 'step 2: lag bound"), msg
+    assert f"still waiting after {timeout_s} s (async.timeout_s)" in msg
+    # named: which generator, on which host, doing what when last heard
+    assert re.search(rf"generator 0 on 10\.232\.\d+\.2 \(pid \d+\): heartbeat moved [\d.]+ s ago, last 'step 2: lag bound", msg), msg
+    assert not secret_file.exists()  # the pool removes the secret file when it stops
+
+
+# --------------------------------------------------------------- a whole run
+@pytest.mark.slow
+def test_a_run_with_an_external_generator_waits_for_it_and_finishes(tmp_path):
+    from scalerl.train import pipeline
+
+    src = Path(pipeline.__file__).read_text()
+    if "external=" not in src:
+        pytest.skip("train/pipeline.py does not pass async.external_generators to GeneratorPool yet "
+                    "(the one-line change in the report of issue 25)")
+    env = _env(SCALERL_OUTPUT=str(tmp_path / "out"), SCALERL_NO_BAR="1", HOME=str(tmp_path / "home"))
+    env.pop("MASTER_ADDR", None)
+    args = ["logger=none", "train.threads=2", "task.think=0", "length.max_new_tokens=8", "train.steps=2",
+            "train.eval_every=2", "async=pipeline_rl", "async.external_generators=1", "async.timeout_s=60",
+            "study=external"]
+    sweep = subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *args], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    gen = None
+    try:
+        lines: list[str] = []
+        secret_file, address = _join_line(sweep.stdout, lines, timeout=300)
+        assert address.startswith("127.0.0.1:")  # no MASTER_ADDR: a plain local run stays on loopback
+        gen = subprocess.Popen([sys.executable, "-m", "scalerl.generation.worker", address, "0"], cwd=REPO,
+                               env=_env(SCALERL_TRANSPORT_SECRET=_secret_of(secret_file)),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, _ = sweep.communicate(timeout=300)
+        lines.append(out)
+        assert sweep.returncode == 0, "".join(lines)[-4000:]
+        assert gen.wait(timeout=60) == 0, gen.stdout.read()[-3000:]  # it read "stop" and exited cleanly
+    finally:
+        for p in (sweep, gen):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    (steps,) = list((tmp_path / "out").rglob("steps.jsonl"))
+    assert [r["step"] for r in read_rows(steps)] == [1, 2]
+    assert not secret_file.exists()
