@@ -26,7 +26,7 @@ from scalerl.core.jsonio import JsonlFile
 from scalerl.generation import SamplingParams
 from scalerl.generation.torch_sampler import TorchGenerator
 from scalerl.generation.transport import TransportError
-from scalerl.generation.weights import buckets, empty_buffers, pack, unpack, weight_schema
+from scalerl.generation.weights import in_order, layout, pack, unpack, weight_schema
 from scalerl.launch.local_pool import arm_threads
 from scalerl.launch.studies import load_study
 from scalerl.models.load import load_checkpoint
@@ -101,14 +101,19 @@ def test_timeouts_and_thread_counts_do_not_change_a_runs_identity():
 
 
 def test_weight_buckets_round_trip_across_dtypes_and_splits():
+    # More cases in tests/test_push_stream.py (the streamed push).
     state = {"a": torch.arange(6.0).view(2, 3), "b": torch.arange(4, dtype=torch.bfloat16), "c": torch.ones(5)}
-    schema = weight_schema(state)
-    plan = buckets(schema, bucket_bytes=30)  # fp32: a (24 B) alone, then c; bf16: b
-    assert [[s.name for s in b.specs] for b in plan] == [["a"], ["c"], ["b"]]
-    bufs = empty_buffers(plan)
-    pack(state, plan, bufs)
-    got = dict(unpack(plan, bufs))
-    assert all(torch.equal(got[k], v) for k, v in state.items())
+    plan = layout(weight_schema(state), bucket_bytes=32)  # a at 0 (24 B), b at 32 (8 B), c at 48 (20 B): 3 buckets
+    assert plan.offsets == (0, 32, 48) and plan.n_buckets == 3
+    bufs = [torch.empty(32, dtype=torch.uint8) for _ in range(2)]
+    sent = iter([b.clone() for _, b in pack(plan, in_order(plan, state), bufs)])
+
+    def recv(buf):  # the broadcast, in memory: bucket k arrives in the receiver's buffer
+        src = next(sent)
+        return lambda: buf.copy_(src)
+
+    got = dict(unpack(plan, recv))
+    assert all(torch.equal(got[k], v) and got[k].dtype == v.dtype for k, v in state.items())
 
 
 def test_a_broken_connection_names_the_generator_whose_exit_shows_a_moment_later():

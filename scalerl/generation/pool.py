@@ -20,14 +20,14 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
 from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub, run_host
-from scalerl.generation.weights import buckets, empty_buffers, pack, weight_schema
+from scalerl.generation.weights import BUCKET_BYTES, in_order, layout, pack, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
 
 
@@ -80,11 +80,13 @@ class GeneratorPool:
     """The generator's command after the interpreter (a test's paced worker replaces it)."""
 
     def __init__(self, spec: WorkerSpec, n: int, state: Mapping[str, torch.Tensor], devices: Sequence[str] = (),
-                 external: int = 0, host: str | None = None,
+                 bucket_bytes: int = BUCKET_BYTES, external: int = 0, host: str | None = None,
                  secret_dir: str | Path | None = None):
         """``spec``: the settings every generator shares (rank and schema are filled in here);
-        ``state``: the trainer's weights (their names, shapes and dtypes fix the push schema);
-        ``devices``: generator j's device (default: the spec's); ``external``: how many generators,
+        ``state``: the trainer's weights (their names and shapes fix the push schema; only shapes
+        are read, so a sharded ``model.state_dict()`` needs no gather);
+        ``devices``: generator j's device (default: the spec's); ``bucket_bytes``: the size of one
+        broadcast of a push (``weights.py``; a push holds two); ``external``: how many generators,
         the last ones, an operator starts (``async.external_generators``); ``host``: the store's
         address when ``MASTER_ADDR`` is unset (``transport.run_host``); ``secret_dir``: where the
         secret file for an operator goes (default ``~/.scalerl/secrets``)."""
@@ -92,10 +94,11 @@ class GeneratorPool:
         self.local = n - external  # generators 0 .. local-1 are this process's children
         self.host, self.secret_dir, self.secret_file = host, secret_dir, None
         self.devices = list(devices) or [spec.device] * n
-        self.schema = tuple(weight_schema(state))
+        # Floating tensors travel in the generator's dtype (half the bytes for a bf16 generator).
+        self.schema = tuple(weight_schema(state, dtype=spec.dtype))
         self.spec = replace(spec, schema=self.schema, n_generators=n)
-        self.buckets = buckets(self.schema)
-        self.bufs = empty_buffers(self.buckets)
+        self.layout = layout(self.schema, bucket_bytes)
+        self.bufs: list[torch.Tensor] = []  # the two bucket buffers of a push, made at the first
         self.hub: Hub | None = None
         self.procs: list[subprocess.Popen] = []
         self.probes = 0
@@ -134,15 +137,38 @@ class GeneratorPool:
         with weights >= ``min_version``. Generators take queued jobs by step, then job."""
         self.hub.send("order", {"job": job, "step": step, "min_version": min_version, "shards": list(shards)})
 
-    def push(self, version: int, state: Mapping[str, torch.Tensor]) -> float:
-        """Send the trainer's weights to every generator. The broadcast goes on while the trainer
-        works (each generator joins at its next decode step); the next push first waits for it,
-        since it reuses the buffers. Returns the seconds the trainer was held up."""
+    def push(self, version: int, state: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> float:
+        """Send the trainer's weights to every generator, streamed: each tensor is cast to the
+        generator's dtype straight into one of two bucket buffers, and bucket k is broadcast while
+        bucket k+1 is packed, so the push holds two buckets, never a copy of the model.
+
+        ``state``: a dict, or ``(name, tensor)`` pairs in schema order, e.g.
+        ``train.weights.trainer_tensors``, which gathers a sharded trainer's weights a group at a
+        time while this consumes them (the pool's rank joins each gather as it packs).
+
+        Memory against overlap: the weights are read while they are sent, so this returns only
+        once every bucket but the last is through (each generator joins at its next decode step);
+        the trainer's next optimizer step would change tensors not yet sent. The previous push
+        packed a full copy and returned at once, its broadcast overlapping the next step: that
+        copy (and one more per generator) was a model's worth of memory per push, which a large
+        model on a trainer GPU cannot spare. The last bucket still goes on while the trainer works
+        (``settle`` waits for it). Returns the seconds the trainer was held up."""
         t = time.perf_counter()
         self.settle()
-        pack(state, self.buckets, self.bufs)
-        self.hub.send("push", {"version": version})
-        self.pending = (self.hub.start_broadcast(self.bufs), f"pushing weights (version {version})")
+        named = in_order(self.layout, state)
+        if not self.bufs:
+            # CPU buffers: the gloo group sends from host memory (NCCL would want them on the GPU).
+            self.bufs = [torch.empty(self.layout.bucket_bytes if self.layout.n_buckets > 1 else self.layout.total,
+                                     dtype=torch.uint8) for _ in range(min(2, self.layout.n_buckets))]
+        stage = f"pushing weights (version {version})"
+        # Announced first: a generator enters the broadcast only after it has read this (transport.py).
+        self.hub.send("push", {"version": version, "bucket_bytes": self.layout.bucket_bytes})
+        works: dict[int, list] = {}
+        for k, bucket in pack(self.layout, named, self.bufs):
+            works[k] = self.hub.start_broadcast([bucket])
+            if k - 1 in works:  # its buffer is the one the next bucket fills
+                self.hub.finish(works.pop(k - 1), stage)
+        self.pending = ([w for ws in works.values() for w in ws], stage)
         return time.perf_counter() - t
 
     def settle(self) -> None:

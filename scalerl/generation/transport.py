@@ -367,7 +367,10 @@ class Hub:
         return header, decode(buf.numpy().tobytes(), self.rollout_types)
 
     def start_broadcast(self, bufs: Sequence[torch.Tensor]) -> list:
-        """Start sending ``bufs`` to every generator; returns the pending works (see ``finish``)."""
+        """Start sending ``bufs`` to every generator; returns the pending works (see ``finish``).
+        Call it only after the push was announced on the control stream: a generator enters the
+        broadcast when it reads the announcement (at its next decode step), so the trainer's
+        ``finish`` waits at most that long, never for a generator that does not know."""
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.timeout = 0, _td(self.timeout_s)
         return [self._weights.broadcast([b], opts) for b in bufs]
@@ -469,13 +472,19 @@ class Spoke:
             work, _ = self._sends.pop(0)
             work.wait(_td(self.timeout_s))
 
-    def recv_broadcast(self, bufs: Sequence[torch.Tensor]) -> None:
-        """Receive the trainer's weights into ``bufs`` (over connections ``_handshake`` authenticated:
-        a digest of every push would cost seconds for a large model)."""
+    def recv_broadcast(self, bufs: Sequence[torch.Tensor]) -> Callable[[], None]:
+        """Start receiving the trainer's next buckets into ``bufs`` (over connections ``_handshake``
+        authenticated: a digest of every push would cost seconds for a large model); returns the
+        function that waits for them, so a generator can copy one bucket while the next arrives."""
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.timeout = 0, _td(self.timeout_s)
-        for b in bufs:
-            self._weights.broadcast([b], opts).wait(_td(self.timeout_s))
+        works = [self._weights.broadcast([b], opts) for b in bufs]
+
+        def wait() -> None:
+            for w in works:
+                w.wait(_td(self.timeout_s))
+
+        return wait
 
     def close(self) -> None:
         """Abort the process groups: sends the trainer will never receive (it stopped first) must

@@ -53,7 +53,7 @@ from scalerl.generation import GENERATORS
 from scalerl.generation.base import EngineContext
 from scalerl.generation.interface import SamplingParams
 from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until, secret_from_env
-from scalerl.generation.weights import TensorSpec, buckets, empty_buffers, unpack
+from scalerl.generation.weights import TensorSpec, layout, unpack
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, positions_from_mask
 from scalerl.precision import PRECISIONS
@@ -116,8 +116,6 @@ class GeneratorServer:
         self.spoke, self.spec = spoke, spec
         torch.set_num_threads(spec.threads)
         self.generator = build_engine(spec)
-        self.buckets = buckets(spec.schema)
-        self.bufs = empty_buffers(self.buckets)
         self.version: Optional[int] = None
         self.orders: list = []  # heap of (step, job, min_version, shard)
         self.stopping = False
@@ -134,8 +132,13 @@ class GeneratorServer:
                                              payload["shards"][self.spec.rank]))
             elif kind == "push":
                 t = time.monotonic()
-                self.spoke.recv_broadcast(self.bufs)
-                self.generator.load_weights(unpack(self.buckets, self.bufs), payload["version"])
+                # Bucket by bucket into the engine: one bucket (and the next arriving) in memory,
+                # no full-model receive buffer (weights.py). Whatever the engine leaves unread is
+                # still received: every generator must take every bucket of the broadcast.
+                named = unpack(layout(self.spec.schema, payload["bucket_bytes"]), lambda b: self.spoke.recv_broadcast([b]))
+                self.generator.load_weights(named, payload["version"])
+                for _ in named:
+                    pass
                 self.version = payload["version"]
                 self.push_s += time.monotonic() - t
             elif kind == "probe":

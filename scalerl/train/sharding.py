@@ -12,10 +12,13 @@ A run is sharded when it has several ranks or computes in a dtype other than
 fp32 (a bf16 run needs fp32 master weights: AdamW at lr 5e-7 cannot move a
 bf16 weight). A 1-rank fp32 run (the CPU default) stays a plain module.
 
-``full_state_dict`` is the trainer's full, unsharded state dict (HF names), the
-one function for exporting the policy and pushing weights to a generator.
+``full_state_dict`` is the trainer's full, unsharded state dict (HF names), for
+exporting the policy; ``iter_full_tensors`` yields the same tensors a group at a
+time (a weight push: no rank ever holds the whole model for it).
 """
 from __future__ import annotations
+
+from typing import Iterator
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -75,6 +78,54 @@ def full_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) ->
         t = full[name] if name in full else (t.full_tensor() if isinstance(t, DTensor) else t).detach()
         out[name] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
     return out
+
+
+@torch.no_grad()
+def iter_full_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None, bucket_bytes: int = 64 << 20
+                      ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """``full_state_dict(model, dtype)`` in groups of ``(name, tensor)``, in state-dict order, each
+    group at most ``bucket_bytes`` (in ``dtype``; a larger tensor is a group of its own).
+
+    Collective when sharded: every rank must exhaust it, and each tensor is gathered only when
+    its group is reached (one all-gather per row-sharded tensor, the same order on every rank),
+    so a rank holds its shards plus one group, never the full model. A shard is cast to
+    ``dtype`` before the gather (bf16 for a bf16 generator: half the bytes; a cast commutes with
+    the gather, so the values are the full tensor's cast). Unsharded, the tensors are the
+    module's own (detached; cast copies if ``dtype`` differs). A yielded group is the caller's:
+    nothing here keeps it, so dropping it frees it. On GPU the gather is NCCL's and the tensors
+    stay on the GPU (untested here: no GPU)."""
+    group: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, t in model.state_dict().items():
+        cast = dtype if dtype is not None and t.is_floating_point() else t.dtype
+        nbytes = t.numel() * torch.empty((), dtype=cast).element_size()
+        if group and size + nbytes > bucket_bytes:
+            yield group
+            group, size = [], 0
+        group.append((name, _full_tensor(t, cast)))
+        size += nbytes
+    if group:
+        yield group
+
+
+def _full_tensor(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One tensor of a state dict, full and in ``dtype`` (collective when it is a DTensor)."""
+    import torch.distributed as dist
+
+    if not isinstance(t, DTensor):
+        return t.detach().to(dtype)
+    if not _row_sharded(t):
+        return t.full_tensor().to(dtype)
+    group, world = t.device_mesh.get_group(), t.device_mesh.size()
+    rows = t.shape[0]
+    chunk = -(-rows // world)  # rank r holds rows [r*chunk, (r+1)*chunk) (torch.chunk), the last ones fewer
+    local = t.to_local().detach().to(dtype)
+    if local.shape[0] < chunk:
+        local = torch.cat([local, local.new_zeros((chunk - local.shape[0], *t.shape[1:]))])
+    out = torch.empty((world * chunk, *t.shape[1:]), dtype=dtype, device=local.device)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, local.contiguous(), group=group)
+    return out[:rows]  # contiguous: the padding rows are all at the end
 
 
 def _row_sharded(t) -> bool:
