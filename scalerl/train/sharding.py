@@ -88,27 +88,69 @@ def iter_full_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None, 
 
     Collective when sharded: every rank must exhaust it, and each tensor is gathered only when
     its group is reached (one all-gather per row-sharded tensor, the same order on every rank),
-    so a rank holds its shards plus one group, never the full model. A shard is cast to
-    ``dtype`` before the gather (bf16 for a bf16 generator: half the bytes; a cast commutes with
-    the gather, so the values are the full tensor's cast). Unsharded, the tensors are the
-    module's own (detached; cast copies if ``dtype`` differs). A yielded group is the caller's:
-    nothing here keeps it, so dropping it frees it. On GPU the gather is NCCL's and the tensors
-    stay on the GPU (untested here: no GPU)."""
+    so a rank holds its shards plus two groups' buffers (and one larger tensor), never the full
+    model. A shard is cast to ``dtype`` before the gather (bf16 for a bf16 generator: half the
+    bytes; a cast commutes with the gather, so the values are the full tensor's cast).
+
+    Gathered tensors are views of two buffers taken in turn, one per group: a group is valid
+    until the one after the next is requested (copy what must live longer). Fresh tensors for
+    every gather would cost the same memory on paper, but the allocator's churn (the layers'
+    tensors are below glibc's mmap threshold, so freed ones stay in the heap, fragmented) was
+    measured at 3x a group on a Qwen2-0.5B shape (benchmarks/bench_push.py). Unsharded, the
+    tensors are the module's own (detached; cast copies if ``dtype`` differs). On GPU the gather
+    is NCCL's and the buffers are on the GPU (untested here: no GPU)."""
+    scratch = _Scratch(bucket_bytes)
     group: list[tuple[str, torch.Tensor]] = []
     size = 0
     for name, t in model.state_dict().items():
         cast = dtype if dtype is not None and t.is_floating_point() else t.dtype
-        nbytes = t.numel() * torch.empty((), dtype=cast).element_size()
+        nbytes = _gathered_bytes(t, cast)
         if group and size + nbytes > bucket_bytes:
             yield group
             group, size = [], 0
-        group.append((name, _full_tensor(t, cast)))
+            scratch.flip()
+        group.append((name, _full_tensor(t, cast, scratch)))
         size += nbytes
     if group:
         yield group
 
 
-def _full_tensor(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+class _Scratch:
+    """Two flat buffers of ``nbytes`` that gathered tensors are carved from (one per group, in
+    turn), and one for the shard a rank sends; a tensor that does not fit gets its own."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes, self.bufs, self.turn, self.at = nbytes, {}, 0, 0
+
+    def flip(self) -> None:
+        self.turn, self.at = 1 - self.turn, 0
+
+    def _buf(self, key, device) -> torch.Tensor:
+        if key not in self.bufs:
+            self.bufs[key] = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+        return self.bufs[key]
+
+    def take(self, shape, dtype: torch.dtype, device, *, send: bool = False, keep: bool = True) -> torch.Tensor:
+        """A view of ``shape``: the send buffer's start, or the next free part of this group's
+        buffer (``keep=False``: its start, not kept); a fresh tensor when it does not fit."""
+        n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+        at = 0 if send or not keep else -(-self.at // 16) * 16  # 16-aligned: a view of any dtype
+        if at + n > self.nbytes:
+            return torch.empty(shape, dtype=dtype, device=device)
+        if not send and keep:
+            self.at = at + n
+        return self._buf("send" if send else self.turn, device)[at : at + n].view(dtype).view(shape)
+
+
+def _gathered_bytes(t: torch.Tensor, dtype: torch.dtype) -> int:
+    size = torch.empty((), dtype=dtype).element_size()
+    if not _row_sharded(t):
+        return t.numel() * size
+    world = t.device_mesh.size()
+    return world * -(-t.shape[0] // world) * t.shape[1:].numel() * size
+
+
+def _full_tensor(t: torch.Tensor, dtype: torch.dtype, scratch: _Scratch) -> torch.Tensor:
     """One tensor of a state dict, full and in ``dtype`` (collective when it is a DTensor)."""
     import torch.distributed as dist
 
@@ -117,14 +159,30 @@ def _full_tensor(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if not _row_sharded(t):
         return t.full_tensor().to(dtype)
     group, world = t.device_mesh.get_group(), t.device_mesh.size()
-    rows = t.shape[0]
+    rows, rest = t.shape[0], tuple(t.shape[1:])
     chunk = -(-rows // world)  # rank r holds rows [r*chunk, (r+1)*chunk) (torch.chunk), the last ones fewer
-    local = t.to_local().detach().to(dtype)
-    if local.shape[0] < chunk:
-        local = torch.cat([local, local.new_zeros((chunk - local.shape[0], *t.shape[1:]))])
-    out = torch.empty((world * chunk, *t.shape[1:]), dtype=dtype, device=local.device)
+    local, dev = t.to_local().detach(), t.to_local().device
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(out, local.contiguous(), group=group)
+    row_bytes = max(1, torch.Size(rest).numel() * torch.empty((), dtype=dtype).element_size())
+    # Rows per gather: all of them when the tensor fits a group buffer; a larger one (an embedding)
+    # is gathered a slice of each rank's rows at a time through this group's buffer (it is a group
+    # of its own), since gloo stages every all-gather through a temporary of its output's size.
+    step = chunk if world * chunk * row_bytes <= scratch.nbytes else max(1, scratch.nbytes // (world * row_bytes))
+    out = scratch.take((world * chunk, *rest), dtype, dev) if step == chunk else torch.empty((world * chunk, *rest),
+                                                                                            dtype=dtype, device=dev)
+    for r0 in range(0, chunk, step):
+        n = min(step, chunk - r0)
+        send = scratch.take((n, *rest), dtype, dev, send=True)
+        mine = local[r0 : r0 + n]
+        send[: mine.shape[0]].copy_(mine)  # casts
+        send[mine.shape[0] :].zero_()
+        if step == chunk:
+            gather(out, send, group=group)
+            break
+        part = scratch.take((world * n, *rest), dtype, dev, keep=False)
+        gather(part, send, group=group)
+        for q in range(world):  # rank q's slice goes to its rows
+            out[q * chunk + r0 : q * chunk + r0 + n].copy_(part[q * n : (q + 1) * n])
     return out[:rows]  # contiguous: the padding rows are all at the end
 
 

@@ -29,7 +29,8 @@ def trainer_tensors(model: torch.nn.Module, dtype: torch.dtype | str | None = No
                     bucket_bytes: int = BUCKET_BYTES) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` in state-dict order, full, gathered a group of at most ``bucket_bytes`` at
     a time (sharded ones cast to ``dtype``, the generator's, before the gather); a pair is dropped
-    here once handed out.
+    here once handed out, and is valid until the group after the next is gathered (the pool
+    copies each into a bucket at once).
     Collective when sharded: every rank must exhaust it (``push_weights``)."""
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
