@@ -94,6 +94,101 @@ def test_the_store_listens_on_master_addr(monkeypatch):
     assert run_host("127.0.0.2") in ("127.0.0.1", "::1")
 
 
+# ----------------------------------------------------------- serving orders
+class _Spoke:
+    """The generator's end of the link, scripted: the queued messages, then "stop" once every
+    order is answered (or the trainer is lost)."""
+
+    def __init__(self, messages, n_orders):
+        self.messages, self.n_orders = list(messages), n_orders
+        self.sent, self.states, self.lost, self.stopped = [], [], None, False
+
+    def poll(self):
+        if self.messages:
+            return self.messages.pop(0)
+        if len(self.sent) == self.n_orders and not self.stopped:
+            self.stopped = True
+            return ["stop", None]
+        return None
+
+    def set_state(self, text):
+        self.states.append((len(self.sent), text))
+
+    def mark_blocked(self, version):
+        pass
+
+    def send(self, key, tag, header, obj):
+        self.sent.append((key, tag, obj))
+
+
+class _Engine:
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, params, between_steps=None):
+        for t in range(2):
+            between_steps(t)
+        self.calls.append(prompts)
+        return _Rows(prompts)
+
+    def close(self):
+        pass
+
+
+class _Rows(list):
+    def to(self, device):
+        return self
+
+
+def _server(monkeypatch, spoke):
+    import torch
+
+    from scalerl.generation import worker
+
+    engine = _Engine()
+    monkeypatch.setattr(worker, "build_engine", lambda spec: engine)
+    spec = worker.WorkerSpec(rank=0, n_generators=1, checkpoint="", device="cpu", dtype="float32",
+                             compute_dtype="float32", heads=None, attn_implementation=None,
+                             threads=torch.get_num_threads(), timeout_s=30, in_flight=True, schema=())
+    server = worker.GeneratorServer(spoke, spec)
+    server.version = 0  # as if the initial weights had arrived
+    return server, engine
+
+
+def test_a_generator_serves_ready_orders_back_to_back_by_step_then_job(monkeypatch):
+    from scalerl.generation.interface import SamplingParams
+    from scalerl.generation.worker import Shard
+
+    params = SamplingParams(max_new_tokens=2, eos_token_id=2, pad_token_id=0)
+
+    def order(job, step, min_version):
+        return ["order", {"job": job, "step": step, "min_version": min_version,
+                          "shards": [Shard([[job, step]], params)]}]
+
+    # Step 2's batch, step 1's, then a refill of step 1 (job 3), all with weights allowed.
+    spoke = _Spoke([order(1, 2, 0), order(2, 1, 0), order(3, 1, 0)], n_orders=3)
+    server, engine = _server(monkeypatch, spoke)
+    server.run()
+    assert engine.calls == [[[2, 1]], [[3, 1]], [[1, 2]]]  # by step, then job: the refill before step 2
+    assert [(key, tag) for key, tag, _ in spoke.sent] == [("done/0/2", 2), ("done/0/3", 3), ("done/0/1", 1)]
+    assert [rows for _, _, rows in spoke.sent] == engine.calls  # each order's rows under its own key
+    # No wait between the shards (a wait would set the state and count idle time); then "stop".
+    assert spoke.states == [] and server.idle_s == 0.0
+
+
+def test_a_generator_that_lost_its_trainer_stops_at_its_next_decode_step(monkeypatch):
+    from scalerl.generation.interface import SamplingParams
+    from scalerl.generation.worker import Shard
+
+    shard = Shard([[5]], SamplingParams(max_new_tokens=2, eos_token_id=2, pad_token_id=0))
+    spoke = _Spoke([["order", {"job": 1, "step": 1, "min_version": 0, "shards": [shard]}]], n_orders=9)
+    spoke.lost = "lost the trainer's store at 10.0.0.1:1234 (Connection reset by peer)"  # the heartbeat saw it
+    server, engine = _server(monkeypatch, spoke)
+    with pytest.raises(TransportError, match="generator 0: lost the trainer's store at 10.0.0.1:1234"):
+        server.run()
+    assert engine.calls == [] and spoke.sent == []  # stopped before its first decode step finished a shard
+
+
 # --------------------------------------------------------- two network namespaces
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)

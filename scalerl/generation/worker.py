@@ -170,6 +170,16 @@ class GeneratorServer:
 
     # ------------------------------------------------------------------ work
     def run(self) -> None:
+        """Serve orders back to back: after a shard, the next queued one (by step, then job) starts
+        at once if its weights are new enough; idle time is only waiting for an order or weights.
+
+        One shard per ``generate`` call, not every ready order in one batch: a batch left-pads its
+        prompts to its longest, and the padding width changes the attention's reductions in the
+        last bits (a 5e-7 log-prob difference on the tiny model), so a merged completion would no
+        longer depend on its prompt's seed alone (``SamplingParams.seeds``), and the bit-for-bit
+        checks (``max_lag=0`` equals ``sync``) would hold only while one order is ready at a time.
+        Nor would it buy throughput at the default ``async.lookahead=1``, where at most one order
+        is waiting when a shard ends (docs/async.md, 'Lookahead')."""
         self.wait_for(lambda: self.version is not None, "waiting for the trainer's initial weights")
         while True:
             self.wait_for(lambda: bool(self.orders), "waiting for an order")
