@@ -78,3 +78,30 @@ def test_the_default_recipe_on_two_ranks_through_the_entry_point(tmp_path):
     assert all(r["staleness_max"] <= 8 and r["lag_dropped"] == 0 for r in steps)
     assert sum(r["response_length"] for r in steps) > 0
     assert any((run_dir / "checkpoints").glob("step_00000004/.metadata"))  # sharded (DCP), every rank
+
+
+def _scatter_worker(rank: int, init: str, out: str) -> None:
+    import torch.distributed as td
+
+    from scalerl.train.distributed import Dist
+
+    td.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    d = Dist(rank=rank, world=2)
+    parts = [{"rows": torch.tensor([[1, 2], [3, 4]]), "n": 2}, ("second", [0.5, None])] if rank == 0 else None
+    got = d.scatter_data(parts)
+    row = d.from_main({"pass_rate": 0.625, "pass_rate/add3": 0.75} if rank == 0 else None)
+    torch.save({"got": got, "row": row}, f"{out}/{rank}.pt")
+    td.destroy_process_group()
+
+
+def test_ranks_exchange_plain_data_in_the_wire_format_not_pickle(tmp_path):
+    # Rank 0 hands rank k its item (the batch shares of scatter_batch) and every rank its eval row,
+    # as JSON plus raw tensors: a tuple stays a tuple, a tensor keeps its values and dtype.
+    import torch.multiprocessing as mp
+
+    mp.spawn(_scatter_worker, args=(f"file://{tmp_path}/rdzv", str(tmp_path)), nprocs=2)
+    r0, r1 = (torch.load(tmp_path / f"{k}.pt", weights_only=False) for k in (0, 1))
+    assert r0["got"]["n"] == 2 and r0["got"]["rows"].tolist() == [[1, 2], [3, 4]]
+    assert r0["got"]["rows"].dtype == torch.int64
+    assert r1["got"] == ("second", [0.5, None])
+    assert r0["row"] == r1["row"] == {"pass_rate": 0.625, "pass_rate/add3": 0.75}

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from scalerl.generation.wire import decode, encode
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -46,9 +48,34 @@ class Dist:
         dist.all_gather(parts, y)
         return torch.cat(parts, 0).to(x.device)
 
+    # Plain data between ranks travels in the transport's wire format (JSON plus raw tensor bytes,
+    # generation/wire.py), never pickled as torch's *_object_list collectives do: a process that
+    # reaches this group's sockets cannot make a rank run code (docs/async.md, docs/sandbox.md).
+    def scatter_data(self, parts: list | None, types=()):
+        """Rank k's item of rank 0's ``parts`` (one per rank; None elsewhere): plain data and CPU
+        tensors; ``types``: the dataclasses it may hold."""
+        if self.world == 1:
+            return parts[0]
+        blobs = [encode(p) for p in parts] if self.main else None
+        sizes = torch.tensor([len(b) for b in blobs] if self.main else [0] * self.world, device=self.device)
+        dist.broadcast(sizes, src=0)
+        width = int(sizes.max())
+        out = torch.empty(width, dtype=torch.uint8, device=self.device)
+        send = [_bytes_tensor(b, width, self.device) for b in blobs] if self.main else None
+        dist.scatter(out, send, src=0)
+        return decode(out[: int(sizes[self.rank])].cpu().numpy().tobytes(), types)
+
+    def from_main(self, obj, types=()):
+        """Rank 0's ``obj`` (plain data and CPU tensors) on every rank."""
+        return obj if self.world == 1 else self.scatter_data([obj] * self.world if self.main else None, types)
+
     def barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
+
+
+def _bytes_tensor(blob: bytes, width: int, device) -> torch.Tensor:
+    return torch.frombuffer(bytearray(blob.ljust(width, b"\0")), dtype=torch.uint8).to(device)
 
 
 def _slurm_env() -> dict[str, str] | None:

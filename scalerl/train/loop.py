@@ -48,7 +48,6 @@ from scalerl.train.distributed import Dist, init_distributed, launched_world, sh
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.export import export_policy
 from scalerl.train.heldout import pin_heldout
-from scalerl.train.pipeline import from_main
 from scalerl.train.progress import Progress
 from scalerl.train.rollout import encode_phrase
 from scalerl.train.setup import (
@@ -239,7 +238,7 @@ def _heldout(r, cfg, sched, dist, gen_kw: dict, step: int) -> dict:
               **{**gen_kw, "generator": sched.eval_generator})
     if not sched.eval_on_main:
         return heldout_pass_rate(r.task, dist=dist, **kw)
-    return from_main(heldout_pass_rate(r.task, dist=Dist(device=dist.device), **kw) if dist.main else None)
+    return dist.from_main(heldout_pass_rate(r.task, dist=Dist(device=dist.device), **kw) if dist.main else None)
 
 
 def _stop_agreed(stop: StopRequest, dist) -> bool:

@@ -57,8 +57,9 @@ from scalerl.train.rollout import (
     rollout_state,
     score,
 )
+from scalerl.train.distributed import Dist
 from scalerl.train.schedule import Batch, batch_stats
-from scalerl.train.weights import trainer_state_dict
+from scalerl.train.weights import push_weights
 
 
 def generator_device(trainer: torch.device, j: int) -> str:
@@ -82,31 +83,22 @@ def split(n_items: int, parts: int) -> list[slice]:
     return out
 
 
-def scatter_batch(whole: tuple[Batch, dict] | None, per_rank: int, device: torch.device) -> tuple[Batch, dict]:
+def scatter_batch(whole: tuple[Batch, dict] | None, per_rank: int, dist: Dist) -> tuple[Batch, dict]:
     """Rank 0's scored batch (``whole``: the batch and its stats; None on the other ranks) handed
     out over the default process group: rank k gets groups ``[k * per_rank, (k + 1) * per_rank)``,
     the share ``LocalSchedule`` gives it, with the whole step's prompts and rank 0's batch stats.
-    The shares travel pickled, on the CPU (copied, or each would carry the whole batch's storage);
-    under NCCL the object collective stages them through the rank's GPU (untested: one GPU here)."""
+    The shares travel in the wire format (``Dist.scatter_data``), copied to the CPU, each with its
+    own groups only; under NCCL they are staged through the rank's GPU (untested: one GPU here)."""
     send = None
     if whole is not None:
         batch, stats = whole
         send = []
-        for k in range(torch_dist.get_world_size()):
+        for k in range(dist.world):
             groups = slice(k * per_rank, (k + 1) * per_rank)
             state = _cpu_copy(rollout_state(rollout_share(batch.rollout, groups)))
             send.append((state, batch.fresh[groups].clone(), list(batch.prompts), stats))
-    out = [None]
-    torch_dist.scatter_object_list(out, send, src=0)
-    state, fresh, prompts, stats = out[0]
-    return Batch(rollout_from_state(state, device), prompts, fresh), stats
-
-
-def from_main(obj):
-    """Rank 0's ``obj`` on every rank (the default process group)."""
-    box = [obj]
-    torch_dist.broadcast_object_list(box, src=0)
-    return box[0]
+    state, fresh, prompts, stats = dist.scatter_data(send)
+    return Batch(rollout_from_state(state, dist.device), list(prompts), fresh), stats
 
 
 def _cpu_copy(x):
@@ -125,15 +117,17 @@ class PipelineSchedule:
         self.main = rank == 0
         self.per_rank = cfg.batch.prompts if mine is None else mine.stop - mine.start
         self.world = torch_dist.get_world_size() if torch_dist.is_initialized() else 1
+        self.dist = Dist(rank=rank, world=self.world, device=device)  # the default group, for scatter_batch
+        self.pool_dtype = str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch.")  # what the generators run in
         spec = WorkerSpec(
             rank=0, n_generators=plan.generators, checkpoint=str(r.checkpoint), device="cpu",
-            dtype=str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch."),
+            dtype=self.pool_dtype,
             compute_dtype=str(r.compute_dtype).removeprefix("torch."), heads=r.recipe.heads,
             attn_implementation=r.attn, threads=gen_threads,
             timeout_s=plan.timeout_s, in_flight=plan.in_flight, schema=(),
             generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
-        state = trainer_state_dict(r.model)  # collective when sharded: every rank joins
-        self.pool = GeneratorPool(spec, plan.generators, state,  # rank 0 alone talks to the generators
+        # Rank 0 alone talks to the generators; the push schema needs shapes only (no gather).
+        self.pool = GeneratorPool(spec, plan.generators, r.model.state_dict(),
                                   devices=[generator_device(device, j) for j in range(plan.generators)]
                                   ) if self.main else None
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
@@ -166,9 +160,9 @@ class PipelineSchedule:
         self.push_s = self._push(version)
 
     def _push(self, version: int) -> float:
-        """Every rank gathers the full weights (collective when sharded); rank 0 sends them."""
-        state = trainer_state_dict(self.r.model)
-        return self.pool.push(version, state) if self.main else 0.0
+        """Every rank joins the gathers, a bucket at a time (collective when sharded); rank 0 streams
+        each bucket to the generators in their dtype (``train/weights.py``)."""
+        return push_weights(self.pool, version, self.r.model, self.pool_dtype)
 
     def _dispatch(self, version: int) -> None:
         """Order every step the lag bound lets the generators start from ``version`` on."""
@@ -229,7 +223,7 @@ class PipelineSchedule:
         t0 = time.perf_counter()
         whole = self._collect(step) if self.main else None
         if self.world > 1:  # each rank its share; rank 0's stats everywhere
-            batch, self.last = scatter_batch(whole, self.per_rank, self.device)
+            batch, self.last = scatter_batch(whole, self.per_rank, self.dist)
         else:
             batch, self.last = whole
         for s in [s for s in self.snapshots if s < step]:
