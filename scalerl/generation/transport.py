@@ -494,7 +494,7 @@ class Spoke:
         self._sends.clear()
         if self._beating is not None:
             self._quiet.set()
-            self._beating.join(timeout=self.timeout_s)
+            self._beating.join(timeout=2 * BEAT_S)  # one stuck on a dead link must not hold the exit
             self._beating = None
             self.state = "stopped"
             try:
