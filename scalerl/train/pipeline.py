@@ -46,6 +46,7 @@ from scalerl.asynchrony.base import Plan, within_lag
 from scalerl.generation.interface import Generation, SamplingParams, cat_generations
 from scalerl.generation.pool import GeneratorPool
 from scalerl.generation.worker import Shard, WorkerSpec
+from scalerl.registry import async_node
 from scalerl.train.rollout import (
     Rollout,
     make_request,
@@ -128,8 +129,8 @@ class PipelineSchedule:
             generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
         # Rank 0 alone talks to the generators; the push schema needs shapes only (no gather).
         self.pool = GeneratorPool(spec, plan.generators, r.model.state_dict(),
-                                  devices=[generator_device(device, j) for j in range(plan.generators)]
-                                  ) if self.main else None
+                                  devices=[generator_device(device, j) for j in range(plan.generators)],
+                                  external=async_node(cfg).external_generators) if self.main else None
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
         self.jobs: dict[int, int] = {}  # step -> the job of its batch
         self.next_job = 1
