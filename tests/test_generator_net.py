@@ -86,7 +86,7 @@ def test_a_spoke_that_stops_beating_is_declared_dead_and_one_that_beats_is_not()
 
 
 def test_the_store_listens_on_master_addr(monkeypatch):
-    from scalerl.generation.transport import run_host
+    from scalerl.generation.trust import run_host
 
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     assert run_host() == "127.0.0.1" and run_host("127.0.0.2") == "127.0.0.2"
@@ -319,7 +319,7 @@ def test_a_generator_in_another_namespace_joins_by_address_and_its_lost_link_fai
     assert msg.startswith("waiting for step 2's rollout (job 2) (generator 0 is 'step 2: lag bound"), msg
     assert f"still waiting after {timeout_s} s (async.timeout_s)" in msg
     # named: which generator, on which host, doing what when last heard
-    assert re.search(rf"generator 0 on 10\.232\.\d+\.2 \(pid \d+\): heartbeat moved [\d.]+ s ago, last 'step 2: lag bound", msg), msg
+    assert re.search(r"generator 0 on 10\.232\.\d+\.2 \(pid \d+\): heartbeat moved [\d.]+ s ago, last 'step 2: lag bound", msg), msg
     assert not secret_file.exists()  # the pool removes the secret file when it stops
 
 

@@ -26,7 +26,8 @@ from helpers import REPO
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation, SamplingParams
-from scalerl.generation.transport import Hub, Signed, Spoke, TransportError, decode, encode
+from scalerl.generation.transport import Hub, Spoke, TransportError, decode, encode
+from scalerl.generation.trust import Signed
 from scalerl.generation.weights import TensorSpec
 from scalerl.generation.worker import Shard, WorkerSpec, wire_types
 from scalerl.precision import PRECISIONS
@@ -118,14 +119,14 @@ def test_gloo_connections_are_used_only_after_both_ends_prove_the_secret():
     """A peer that took a generator's place in gloo's (unsigned) rendezvous is refused."""
     import threading
 
-    from scalerl.generation.transport import _group, _handshake
+    from scalerl.generation.trust import gloo_group, handshake
 
     def pair(secrets_by_rank):
         store, errors = dist.HashStore(), {}
 
         def rank(r):
             try:
-                _handshake(_group(store, "g", r, 2, 10, "127.0.0.1"), r, 2, secrets_by_rank[r], "g", 10)
+                handshake(gloo_group(store, "g", r, 2, 10, "127.0.0.1"), r, 2, secrets_by_rank[r], "g", 10)
             except TransportError as e:
                 errors[r] = str(e)
 
@@ -171,7 +172,8 @@ hub.close()
 GENERATOR = r"""
 import datetime, json, os, pickle, sys, time, torch
 import torch.distributed as dist
-from scalerl.generation.transport import Spoke, TransportError, secret_from_env
+from scalerl.generation.transport import Spoke, TransportError
+from scalerl.generation.trust import secret_from_env
 address, marker = sys.argv[1], sys.argv[2]
 host, port = address.rsplit(":", 1)
 try:

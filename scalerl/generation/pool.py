@@ -26,7 +26,8 @@ import torch
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
-from scalerl.generation.transport import PROBE_TAG, SECRET_ENV, Hub, run_host
+from scalerl.generation.transport import PROBE_TAG, Hub
+from scalerl.generation.trust import SECRET_ENV, run_host
 from scalerl.generation.weights import BUCKET_BYTES, in_order, layout, pack, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
 
@@ -88,7 +89,7 @@ class GeneratorPool:
         ``devices``: generator j's device (default: the spec's); ``bucket_bytes``: the size of one
         broadcast of a push (``weights.py``; a push holds two); ``external``: how many generators,
         the last ones, an operator starts (``async.external_generators``); ``host``: the store's
-        address when ``MASTER_ADDR`` is unset (``transport.run_host``); ``secret_dir``: where the
+        address when ``MASTER_ADDR`` is unset (``trust.run_host``); ``secret_dir``: where the
         secret file for an operator goes (default ``~/.scalerl/secrets``)."""
         self.n, self.timeout_s = n, spec.timeout_s
         self.local = n - external  # generators 0 .. local-1 are this process's children

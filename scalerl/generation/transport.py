@@ -34,7 +34,7 @@ Nothing received can run code, and nobody without the run's secret can speak:
 - The gloo groups' rendezvous keys are gloo's own, unsigned: a client could race them
   and put itself in a generator's (or the trainer's) place. So once a group has
   connected, both ends of every connection prove the secret to each other
-  (``_handshake``: HMAC of the other's fresh nonce) before anything else travels on it,
+  (``handshake``: HMAC of the other's fresh nonce) before anything else travels on it,
   and a rollout is also checked against a BLAKE2b digest in its signed header.
 
 No silent hang: every wait has a deadline (``timeout_s``) and fails with a
@@ -50,12 +50,8 @@ Waits poll ``store.check`` (about 30 µs) with a short back-off: a timed-out
 """
 from __future__ import annotations
 
-import datetime
-import hashlib
-import hmac
 import os
 import secrets
-import socket
 import threading
 import time
 from typing import Callable, Optional, Sequence
@@ -63,133 +59,17 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from scalerl.generation.trust import LOOPBACK, Signed, gloo_group, handshake, listen_socket, local_address, seconds
 from scalerl.generation.wire import TransportError, decode, digest, encode, to_bytes_tensor  # noqa: F401 (re-exported)
 
 PROBE_TAG = 1 << 30
 """Gloo tags of probe replies start here; rollout tags are their step number."""
-HANDSHAKE_TAG = PROBE_TAG - 1
-"""The gloo tag of the connection handshake (``_handshake``)."""
-SECRET_ENV = "SCALERL_TRANSPORT_SECRET"
-"""The environment variable that hands a generator process the run's secret (hex)."""
 BEAT_S = 1.0
 """Seconds between two heartbeats of a generator (``Spoke.start_heartbeat``)."""
-LOOPBACK = "127.0.0.1"
 
 
 class DeadlineError(TransportError):
     """A wait ran past its deadline (``timeout_s``)."""
-
-
-def run_host(explicit: Optional[str] = None) -> str:
-    """The address the trainer's store listens on: ``MASTER_ADDR`` when the launcher set it
-    (torchrun, and ``train/distributed.py`` for srun: rank 0's node, where the pool lives), else
-    ``explicit``, else loopback (a plain local run). A name is resolved once, so the address
-    generators are told is the one bound."""
-    name = os.environ.get("MASTER_ADDR") or explicit or LOOPBACK
-    try:
-        return socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)[0][4][0]
-    except socket.gaierror as e:
-        raise TransportError(f"cannot resolve the trainer's address {name!r} (MASTER_ADDR): {e}") from None
-
-
-def _td(seconds: float) -> datetime.timedelta:
-    return datetime.timedelta(seconds=seconds)
-
-
-def _group(store, name: str, rank: int, size: int, timeout_s: float, host: str):
-    """A gloo group whose sockets listen on ``host`` only (gloo's default device binds every interface)."""
-    opts = dist.ProcessGroupGloo._Options()
-    opts._timeout = _td(timeout_s)
-    opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
-    return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, opts)
-
-
-class Signed:
-    """The store with every value signed (HMAC-SHA256 under the run's secret, bound to its key)."""
-
-    def __init__(self, store, secret: bytes):
-        self.raw, self._secret = store, secret
-
-    def _mac(self, key: str, value: bytes) -> bytes:
-        return hmac.new(self._secret, key.encode() + b"\0" + value, hashlib.sha256).digest()
-
-    def set(self, key: str, value: bytes) -> None:
-        self.raw.set(key, self._mac(key, value) + value)
-
-    def get(self, key: str) -> bytes:
-        data = self.raw.get(key)
-        mac, value = data[:32], data[32:]
-        if not hmac.compare_digest(mac, self._mac(key, value)):
-            raise TransportError(f"refused {key!r}: not signed with this run's secret (a client without it "
-                                 "wrote to the store's port)")
-        return value
-
-    def check(self, keys: Sequence[str]) -> bool:
-        return self.raw.check(list(keys))
-
-    def delete_key(self, key: str) -> bool:
-        return self.raw.delete_key(key)
-
-
-def _handshake(group, rank: int, size: int, secret: bytes, name: str, timeout_s: float) -> None:
-    """Both ends of every connection of ``group`` prove the run's secret to each other: each
-    sends a fresh nonce, then the HMAC of the other's nonce (bound to the group and both
-    ranks). Pairs go in one global order, so every rank meets its peers without deadlock."""
-    def send(t, peer):
-        group.send([t], peer, HANDSHAKE_TAG).wait(_td(timeout_s))
-
-    def recv(peer):
-        t = torch.empty(32, dtype=torch.uint8)
-        group.recv([t], peer, HANDSHAKE_TAG).wait(_td(timeout_s))
-        return t
-
-    def proof(sender: int, receiver: int, nonce: torch.Tensor) -> torch.Tensor:
-        msg = f"{name}/{sender}->{receiver}/".encode() + nonce.numpy().tobytes()
-        return torch.frombuffer(bytearray(hmac.new(secret, msg, hashlib.sha256).digest()), dtype=torch.uint8)
-
-    for a in range(size):
-        for b in range(a + 1, size):
-            if rank not in (a, b):
-                continue
-            peer, first = (b, True) if rank == a else (a, False)
-            mine = torch.frombuffer(bytearray(secrets.token_bytes(32)), dtype=torch.uint8)
-            if first:
-                send(mine, peer)
-                theirs = recv(peer)
-            else:
-                theirs = recv(peer)
-                send(mine, peer)
-            if first:
-                send(proof(rank, peer, theirs), peer)
-                got = recv(peer)
-            else:
-                got = recv(peer)
-                send(proof(rank, peer, theirs), peer)
-            if not hmac.compare_digest(got.numpy().tobytes(), proof(peer, rank, mine).numpy().tobytes()):
-                raise TransportError(f"{name}: rank {peer} of the group did not prove this run's secret; refused")
-
-
-def secret_from_env() -> bytes:
-    """A generator's copy of the run's secret (removed from the environment its children inherit)."""
-    text = os.environ.pop(SECRET_ENV, "")
-    if len(text) != 64:
-        raise TransportError(f"no run secret in ${SECRET_ENV}: a generator is started by its trainer's pool, "
-                             "which passes it, or by an operator from the secret file the trainer names")
-    return bytes.fromhex(text)
-
-
-def _listen(host: str) -> socket.socket:
-    """A listening socket on ``host`` only, any free port (the store's ``master_listen_fd``)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, 0), family=family, backlog=128)
-
-
-def _local_address(host: str, port: int) -> str:
-    """This machine's address on the route to ``host`` (where a generator's gloo sockets listen)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect((host, port))
-        return s.getsockname()[0]
 
 
 def poll_until(ready: Callable[[], bool], *, timeout_s: float, stage: str, health: Callable[[str], None] = lambda s: None,
@@ -219,8 +99,8 @@ class Hub:
         """The run's secret: give it to generators through ``SECRET_ENV``, never argv."""
         self.rollout_types = tuple(rollout_types)
         """The dataclasses a rollout or probe reply may hold (``decode``)."""
-        self._sock = _listen(host)
-        self.store = dist.TCPStore(host, self._sock.getsockname()[1], None, True, _td(timeout_s),
+        self._sock = listen_socket(host)
+        self.store = dist.TCPStore(host, self._sock.getsockname()[1], None, True, seconds(timeout_s),
                                    wait_for_workers=False, master_listen_fd=self._sock.fileno())
         self.signed = Signed(self.store, self.secret)
         self.seq = 0  # control messages sent
@@ -247,11 +127,11 @@ class Hub:
         for k in keys:
             self.signed.get(k)  # a ready mark planted by a client without the secret is refused here
         # Every generator is up and joining: the groups' own rendezvous is now quick.
-        self._rollouts = _group(self.store, "rollouts", 0, self.n + 1, self.timeout_s, self.host)
-        self._weights = _group(self.store, "weights", 0, self.n + 1, self.timeout_s, self.host)
+        self._rollouts = gloo_group(self.store, "rollouts", 0, self.n + 1, self.timeout_s, self.host)
+        self._weights = gloo_group(self.store, "weights", 0, self.n + 1, self.timeout_s, self.host)
         for name, group in (("rollouts", self._rollouts), ("weights", self._weights)):
             try:
-                _handshake(group, 0, self.n + 1, self.secret, name, self.timeout_s)
+                handshake(group, 0, self.n + 1, self.secret, name, self.timeout_s)
             except RuntimeError as e:
                 self.explain(f"start-up: the {name} group's handshake")
                 raise TransportError(f"start-up: the {name} group's handshake failed: {e}") from None
@@ -357,7 +237,7 @@ class Hub:
         header = decode(self.signed.get(key))
         buf = torch.empty(header["nbytes"], dtype=torch.uint8)
         try:
-            self._rollouts.recv([buf], j + 1, tag).wait(_td(self.timeout_s))
+            self._rollouts.recv([buf], j + 1, tag).wait(seconds(self.timeout_s))
         except RuntimeError as e:
             self.explain(stage)
             raise TransportError(f"{stage}: receiving from generator {j} failed: {e}") from None
@@ -372,14 +252,14 @@ class Hub:
         broadcast when it reads the announcement (at its next decode step), so the trainer's
         ``finish`` waits at most that long, never for a generator that does not know."""
         opts = dist.BroadcastOptions()
-        opts.rootRank, opts.timeout = 0, _td(self.timeout_s)
+        opts.rootRank, opts.timeout = 0, seconds(self.timeout_s)
         return [self._weights.broadcast([b], opts) for b in bufs]
 
     def finish(self, works: Sequence, stage: str) -> None:
         """Wait for started works, failing with the stage's name."""
         try:
             for w in works:
-                w.wait(_td(self.timeout_s))
+                w.wait(seconds(self.timeout_s))
         except RuntimeError as e:
             self.explain(stage)
             raise TransportError(f"{stage}: {e}") from None
@@ -400,9 +280,9 @@ class Spoke:
         self.host, self.port = host.strip("[]"), int(port)
         self.j, self.timeout_s, self.seq = j, timeout_s, 0
         self.types, self.functions = tuple(message_types), tuple(functions)
-        self.store = dist.TCPStore(self.host, self.port, None, False, _td(timeout_s))
+        self.store = dist.TCPStore(self.host, self.port, None, False, seconds(timeout_s))
         self.signed = Signed(self.store, secret)
-        self.local = _local_address(self.host, self.port)
+        self.local = local_address(self.host, self.port)
         self._rollouts = self._weights = None
         self._sends: list = []  # (work, buffer): a gloo send completes once the trainer receives
         self.state = "starting"
@@ -417,7 +297,7 @@ class Spoke:
         decode steps, gloo waits and checkpoint reads release the GIL, so it beats through them.
         A failed write means the trainer's store is gone: ``lost`` says why, and the generator
         stops at its next decode step or wait (``GeneratorServer``) instead of being orphaned."""
-        store = Signed(dist.TCPStore(self.host, self.port, None, False, _td(self.timeout_s)), self.signed._secret)
+        store = Signed(dist.TCPStore(self.host, self.port, None, False, seconds(self.timeout_s)), self.signed._secret)
         info = {"host": self.local, "pid": os.getpid()}
 
         def beat() -> None:
@@ -440,10 +320,10 @@ class Spoke:
 
     def connect(self, n: int) -> None:
         self.signed.set(f"ready/{self.j}", b"1")
-        self._rollouts = _group(self.store, "rollouts", self.j + 1, n + 1, self.timeout_s, self.local)
-        self._weights = _group(self.store, "weights", self.j + 1, n + 1, self.timeout_s, self.local)
+        self._rollouts = gloo_group(self.store, "rollouts", self.j + 1, n + 1, self.timeout_s, self.local)
+        self._weights = gloo_group(self.store, "weights", self.j + 1, n + 1, self.timeout_s, self.local)
         for name, group in (("rollouts", self._rollouts), ("weights", self._weights)):
-            _handshake(group, self.j + 1, n + 1, self.signed._secret, name, self.timeout_s)
+            handshake(group, self.j + 1, n + 1, self.signed._secret, name, self.timeout_s)
 
     def poll(self):
         """The next control message, or None if the trainer has not sent it yet (non-blocking).
@@ -470,19 +350,19 @@ class Spoke:
         self.signed.set(key, encode({**header, "nbytes": buf.numel(), "digest": digest([buf])}))
         while len(self._sends) > 64:  # bound the buffers held for the trainer
             work, _ = self._sends.pop(0)
-            work.wait(_td(self.timeout_s))
+            work.wait(seconds(self.timeout_s))
 
     def recv_broadcast(self, bufs: Sequence[torch.Tensor]) -> Callable[[], None]:
-        """Start receiving the trainer's next buckets into ``bufs`` (over connections ``_handshake``
+        """Start receiving the trainer's next buckets into ``bufs`` (over connections ``handshake``
         authenticated: a digest of every push would cost seconds for a large model); returns the
         function that waits for them, so a generator can copy one bucket while the next arrives."""
         opts = dist.BroadcastOptions()
-        opts.rootRank, opts.timeout = 0, _td(self.timeout_s)
+        opts.rootRank, opts.timeout = 0, seconds(self.timeout_s)
         works = [self._weights.broadcast([b], opts) for b in bufs]
 
         def wait() -> None:
             for w in works:
-                w.wait(_td(self.timeout_s))
+                w.wait(seconds(self.timeout_s))
 
         return wait
 

@@ -52,7 +52,8 @@ import torch
 from scalerl.generation import GENERATORS
 from scalerl.generation.base import EngineContext
 from scalerl.generation.interface import SamplingParams
-from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until, secret_from_env
+from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
+from scalerl.generation.trust import secret_from_env
 from scalerl.generation.weights import TensorSpec, layout, unpack
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, positions_from_mask

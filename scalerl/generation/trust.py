@@ -1,0 +1,139 @@
+"""Who may speak on a run's transport: the store's values signed under the run's secret, gloo
+groups whose ends prove the secret to each other, sockets bound to the run's address only.
+
+``transport.py`` builds the trainer <-> generator link on these; its docstring says why each
+is needed (a client that reaches the store's port, or races gloo's unsigned rendezvous keys,
+must not be able to order work, announce weights or report rollouts).
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import os
+import secrets
+import socket
+from typing import Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from scalerl.generation.wire import TransportError
+
+HANDSHAKE_TAG = (1 << 30) - 1
+"""The gloo tag of the connection handshake (``handshake``): below ``transport.PROBE_TAG``, above any step."""
+SECRET_ENV = "SCALERL_TRANSPORT_SECRET"
+"""The environment variable that hands a generator process the run's secret (hex)."""
+LOOPBACK = "127.0.0.1"
+
+
+def run_host(explicit: Optional[str] = None) -> str:
+    """The address the trainer's store listens on: ``MASTER_ADDR`` when the launcher set it
+    (torchrun, and ``train/distributed.py`` for srun: rank 0's node, where the pool lives), else
+    ``explicit``, else loopback (a plain local run). A name is resolved once, so the address
+    generators are told is the one bound."""
+    name = os.environ.get("MASTER_ADDR") or explicit or LOOPBACK
+    try:
+        return socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)[0][4][0]
+    except socket.gaierror as e:
+        raise TransportError(f"cannot resolve the trainer's address {name!r} (MASTER_ADDR): {e}") from None
+
+
+def seconds(s: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=s)
+
+
+def gloo_group(store, name: str, rank: int, size: int, timeout_s: float, host: str):
+    """A gloo group whose sockets listen on ``host`` only (gloo's default device binds every interface)."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = seconds(timeout_s)
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
+    return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, opts)
+
+
+class Signed:
+    """The store with every value signed (HMAC-SHA256 under the run's secret, bound to its key)."""
+
+    def __init__(self, store, secret: bytes):
+        self.raw, self._secret = store, secret
+
+    def _mac(self, key: str, value: bytes) -> bytes:
+        return hmac.new(self._secret, key.encode() + b"\0" + value, hashlib.sha256).digest()
+
+    def set(self, key: str, value: bytes) -> None:
+        self.raw.set(key, self._mac(key, value) + value)
+
+    def get(self, key: str) -> bytes:
+        data = self.raw.get(key)
+        mac, value = data[:32], data[32:]
+        if not hmac.compare_digest(mac, self._mac(key, value)):
+            raise TransportError(f"refused {key!r}: not signed with this run's secret (a client without it "
+                                 "wrote to the store's port)")
+        return value
+
+    def check(self, keys: Sequence[str]) -> bool:
+        return self.raw.check(list(keys))
+
+    def delete_key(self, key: str) -> bool:
+        return self.raw.delete_key(key)
+
+
+def handshake(group, rank: int, size: int, secret: bytes, name: str, timeout_s: float) -> None:
+    """Both ends of every connection of ``group`` prove the run's secret to each other: each
+    sends a fresh nonce, then the HMAC of the other's nonce (bound to the group and both
+    ranks). Pairs go in one global order, so every rank meets its peers without deadlock."""
+    def send(t, peer):
+        group.send([t], peer, HANDSHAKE_TAG).wait(seconds(timeout_s))
+
+    def recv(peer):
+        t = torch.empty(32, dtype=torch.uint8)
+        group.recv([t], peer, HANDSHAKE_TAG).wait(seconds(timeout_s))
+        return t
+
+    def proof(sender: int, receiver: int, nonce: torch.Tensor) -> torch.Tensor:
+        msg = f"{name}/{sender}->{receiver}/".encode() + nonce.numpy().tobytes()
+        return torch.frombuffer(bytearray(hmac.new(secret, msg, hashlib.sha256).digest()), dtype=torch.uint8)
+
+    for a in range(size):
+        for b in range(a + 1, size):
+            if rank not in (a, b):
+                continue
+            peer, first = (b, True) if rank == a else (a, False)
+            mine = torch.frombuffer(bytearray(secrets.token_bytes(32)), dtype=torch.uint8)
+            if first:
+                send(mine, peer)
+                theirs = recv(peer)
+            else:
+                theirs = recv(peer)
+                send(mine, peer)
+            if first:
+                send(proof(rank, peer, theirs), peer)
+                got = recv(peer)
+            else:
+                got = recv(peer)
+                send(proof(rank, peer, theirs), peer)
+            if not hmac.compare_digest(got.numpy().tobytes(), proof(peer, rank, mine).numpy().tobytes()):
+                raise TransportError(f"{name}: rank {peer} of the group did not prove this run's secret; refused")
+
+
+def secret_from_env() -> bytes:
+    """A generator's copy of the run's secret (removed from the environment its children inherit)."""
+    text = os.environ.pop(SECRET_ENV, "")
+    if len(text) != 64:
+        raise TransportError(f"no run secret in ${SECRET_ENV}: a generator is started by its trainer's pool, "
+                             "which passes it, or by an operator from the secret file the trainer names")
+    return bytes.fromhex(text)
+
+
+def listen_socket(host: str) -> socket.socket:
+    """A listening socket on ``host`` only, any free port (the store's ``master_listen_fd``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, 0), family=family, backlog=128)
+
+
+def local_address(host: str, port: int) -> str:
+    """This machine's address on the route to ``host`` (where a generator's gloo sockets listen)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((host, port))
+        return s.getsockname()[0]
