@@ -3,7 +3,8 @@
     python benchmarks/bench_step.py [--steps 6] [--rounds 4] [--threads 1] [--async pipeline_rl]
 
 Both sides: the embedded warm-started tiny Llama, 16 prompts x 16 generations,
-at most 8 completion tokens, T=1, CISPO-style loss with token aggregation and
+at most ``--max-new-tokens`` completion tokens (default: the default config's budget, 64, in
+which the reasoning-shaped task thinks for about 40; 8 was the answers-only shape), T=1, CISPO-style loss with token aggregation and
 per-group std normalization, no KL/reference model, one optimizer update per
 generation batch, fp32 on CPU, the same torch thread count, in one process.
 A "step" is generation + reward + loss + backward + AdamW. The sides take turns
@@ -55,7 +56,8 @@ def scalerl_step_times(steps: int, threads: int, mode: str = "sync", split: str 
         return [r["step_time_s"] for r in JsonlFile(Path(d) / "steps.jsonl").rows()][1:]
 
 
-def trl_step_times(steps: int, threads: int, model_path: Path, task, attn: str | None = None) -> list[float]:
+def trl_step_times(steps: int, threads: int, model_path: Path, task, attn: str | None = None,
+                   max_new_tokens: int = 8) -> list[float]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -81,7 +83,7 @@ def trl_step_times(steps: int, threads: int, model_path: Path, task, attn: str |
 
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, per_device_train_batch_size=256, gradient_accumulation_steps=1,
-                          num_generations=16, max_completion_length=8, temperature=1.0, learning_rate=1.5e-4,
+                          num_generations=16, max_completion_length=max_new_tokens, temperature=1.0, learning_rate=1.5e-4,
                           loss_type="cispo", beta=0.0, max_steps=steps, use_cpu=True, report_to=[],
                           logging_steps=10_000, save_strategy="no", bf16=False, seed=0, dataloader_num_workers=0,
                           disable_dropout=True)
@@ -101,7 +103,12 @@ def main() -> None:
     ap.add_argument("--async", dest="mode", default="sync", choices=["sync", "pipeline_rl"])
     ap.add_argument("--split", default=None, help="pipeline_rl threads as TRAINER+GENERATOR (default: the rest+1)")
     ap.add_argument("--trl-attn", default=None, help="attn_implementation for TRL's model (default: transformers')")
+    ap.add_argument("--max-new-tokens", type=int, default=None,
+                    help="completion budget of both sides (default: the default config's length.max_new_tokens)")
     a = ap.parse_args()
+    if a.max_new_tokens is None:
+        a.max_new_tokens = validate(compose(OVERRIDES)).length.max_new_tokens
+    OVERRIDES.append(f"length.max_new_tokens={a.max_new_tokens}")
     task, model_path = prepare_checkpoint(validate(compose(OVERRIDES)))  # the warm-started tiny model
     skip = 0 if a.mode == "sync" else 2  # the pipeline's first steps wait for its generator to start streaming
 
@@ -109,7 +116,7 @@ def main() -> None:
         return scalerl_step_times(a.steps + 1 + skip, a.threads, a.mode, a.split)[skip:]
 
     def theirs() -> list[float]:
-        return trl_step_times(a.steps + 1, a.threads, model_path, task, a.trl_attn)
+        return trl_step_times(a.steps + 1, a.threads, model_path, task, a.trl_attn, a.max_new_tokens)
 
     rounds = []
     for r in range(a.rounds):
@@ -127,6 +134,7 @@ def main() -> None:
     print(f"TRL GRPO median step {t * 1000:8.1f} ms")
     print(f"ratio TRL/scalerl = {statistics.median(ratios):.2f}x  (median of the rounds' ratios "
           f"{min(ratios):.2f}-{max(ratios):.2f}; target >= 3x; threads={a.threads}, async={a.mode}{split}, "
+          f"max_new_tokens={a.max_new_tokens}, "
           f"torch {torch.__version__})")
 
 
