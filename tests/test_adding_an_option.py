@@ -16,7 +16,7 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import REPO
+from helpers import ANSWERS_ONLY, REPO
 
 DOCS = (REPO / "docs" / "architecture.md").read_text()
 RECIPE = DOCS[DOCS.index("## Adding an option"):]
@@ -80,7 +80,7 @@ def sweep_in(repo, out, args, timeout=900):
 def test_a_new_loss_added_as_the_docs_say_trains_and_is_ranked(tmp_path):
     repo = add_mine(tmp_path, clamp=True)
     args = ["-m", "loss=mine,cispo", "train.steps=2", "train.eval_every=1", "train.eval_samples=1", "logger=none",
-            "task.n_heldout=64"]
+            "task.n_heldout=64", *ANSWERS_ONLY]  # the answers-only warm start: the one the suite shares
     proc = sweep_in(repo, tmp_path / "out", args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (home,) = (tmp_path / "out" / "sweeps").iterdir()       # the sweep's home, named from its overrides

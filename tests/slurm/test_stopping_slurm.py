@@ -7,11 +7,13 @@ from pathlib import Path
 
 import optuna
 import yaml
-from helpers import plant_leading_trial, popen_cli, read_rows, run_cli, wait_for
+from helpers import ANSWERS_ONLY, plant_leading_trial, popen_cli, read_rows, run_cli, wait_for
 
 from scalerl.train.signals import STOP_REQUEST
 
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "logger=none", "train.threads=1", "async=sync"]
+# The answers-only shape: its warm start is the one the suite shares (the reasoning-shaped one costs minutes).
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "logger=none", "train.threads=1", "async=sync",
+         *ANSWERS_ONLY]
 
 
 def test_an_early_stopped_slurm_arm_ends_stopped_early_and_is_not_resubmitted(slurm_cluster, tmp_path):
