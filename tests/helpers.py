@@ -1,10 +1,13 @@
 """Helpers shared by scalerl's tests (imported as ``helpers``)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -168,3 +171,34 @@ def plant_leading_trial(out_root: Path, steps: int = 3000) -> Path:
 # (completions that think for ~40 tokens) is what tests/test_reasoning_task.py, the stored
 # curve (tests/test_train.py) and the CLI tests run.
 ANSWERS_ONLY = ("task.think=0", "length.max_new_tokens=8")
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def veth_namespaces(tag: str, net: int):
+    """Network namespaces A (10.NET.k.1) and B (10.NET.k.2) joined by a veth pair, removed on exit;
+    yields (A, B, A's address, B's link). ``tag`` keeps two tests' namespaces and links apart.
+    Skips when they cannot be made (the caller checks for root and the tools)."""
+    k = os.getpid() % 200 + 20
+    a, b, dev_a, dev_b = f"scalerl-{tag}a{k}", f"scalerl-{tag}b{k}", f"{tag}a{k}", f"{tag}b{k}"
+    try:
+        _ip("netns", "add", a)
+        _ip("netns", "add", b)
+    except subprocess.CalledProcessError as e:
+        subprocess.run(["ip", "netns", "del", a], capture_output=True)
+        pytest.skip(f"cannot make network namespaces here: {e.stderr.decode().strip()}")
+    try:
+        _ip("link", "add", dev_a, "type", "veth", "peer", "name", dev_b)
+        _ip("link", "set", dev_a, "netns", a)
+        _ip("link", "set", dev_b, "netns", b)
+        for ns, dev, addr in ((a, dev_a, f"10.{net}.{k}.1/24"), (b, dev_b, f"10.{net}.{k}.2/24")):
+            _ip("-n", ns, "addr", "add", addr, "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield a, b, f"10.{net}.{k}.1", dev_b
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, read_rows
+from helpers import REPO, _ip, read_rows, veth_namespaces
 
 from scalerl.generation.transport import BEAT_S, Hub, Spoke, TransportError
 
@@ -190,10 +190,6 @@ def test_a_generator_that_lost_its_trainer_stops_at_its_next_decode_step(monkeyp
 
 
 # --------------------------------------------------------- two network namespaces
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def two_namespaces():
     """Network namespaces A (10.232.k.1, the trainer) and B (10.232.k.2, the generator) joined by
@@ -202,27 +198,8 @@ def two_namespaces():
         pytest.skip("needs root to make network namespaces (CI runs as root)")
     if shutil.which("ip") is None or shutil.which("unshare") is None:
         pytest.skip("needs iproute2 (ip) and util-linux (unshare) to make network namespaces")
-    k = os.getpid() % 200 + 20
-    a, b = f"scalerl-gna{k}", f"scalerl-gnb{k}"
-    try:
-        _ip("netns", "add", a)
-        _ip("netns", "add", b)
-    except subprocess.CalledProcessError as e:
-        subprocess.run(["ip", "netns", "del", a], capture_output=True)
-        pytest.skip(f"cannot make network namespaces here: {e.stderr.decode().strip()}")
-    try:
-        _ip("link", "add", f"gna{k}", "type", "veth", "peer", "name", f"gnb{k}")
-        _ip("link", "set", f"gna{k}", "netns", a)
-        _ip("link", "set", f"gnb{k}", "netns", b)
-        for ns, dev, addr in ((a, f"gna{k}", f"10.232.{k}.1/24"), (b, f"gnb{k}", f"10.232.{k}.2/24")):
-            _ip("-n", ns, "addr", "add", addr, "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield a, b, f"10.232.{k}.1", f"gnb{k}"
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-
+    with veth_namespaces("gn", 232) as spaces:
+        yield spaces
 
 TRAINER = r"""
 import json, socket, sys, time, torch

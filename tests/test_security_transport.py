@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import REPO
+from helpers import REPO, veth_namespaces
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation, SamplingParams
@@ -199,35 +199,13 @@ spoke.close()
 """
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def two_namespaces():
     """Network namespaces A (10.231.k.1) and B (10.231.k.2) joined by a veth pair; nothing else."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("needs root and iproute2 to make network namespaces")
-    k = os.getpid() % 200 + 20
-    a, b = f"scalerl-a{k}", f"scalerl-b{k}"
-    try:
-        _ip("netns", "add", a)
-        _ip("netns", "add", b)
-    except subprocess.CalledProcessError as e:
-        subprocess.run(["ip", "netns", "del", a], capture_output=True)
-        pytest.skip(f"cannot make network namespaces here: {e.stderr.decode().strip()}")
-    try:
-        _ip("link", "add", f"va{k}", "type", "veth", "peer", "name", f"vb{k}")
-        _ip("link", "set", f"va{k}", "netns", a)
-        _ip("link", "set", f"vb{k}", "netns", b)
-        for ns, dev, addr in ((a, f"va{k}", f"10.231.{k}.1/24"), (b, f"vb{k}", f"10.231.{k}.2/24")):
-            _ip("-n", ns, "addr", "add", addr, "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield a, b, f"10.231.{k}.1"
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+    with veth_namespaces("v", 231) as (a, b, address, _):
+        yield a, b, address
 
 
 @pytest.mark.slow
