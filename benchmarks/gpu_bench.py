@@ -36,6 +36,7 @@ from scalerl.config import compose, validate  # noqa: E402
 from scalerl.generation import SamplingParams  # noqa: E402
 from scalerl.train.distributed import init_distributed, shutdown  # noqa: E402
 from scalerl.train.rollout import rollout  # noqa: E402
+from scalerl.train.run_plan import plan_run  # noqa: E402
 from scalerl.train.setup import build_run, prepare_checkpoint  # noqa: E402
 from scalerl.train.update import policy_update  # noqa: E402
 
@@ -84,7 +85,8 @@ def main() -> None:
         task, ckpt = prepare_checkpoint(cfg)
         dist = init_distributed(torch.device(device), sharded=True)
         try:
-            r = build_run(cfg, task, ckpt, dist)
+            plan = plan_run(cfg, dist, ckpt)
+            r = build_run(plan, task, ckpt)
             res["n_params"] = r.n_params
             # ------------------------------------------------------------- decode
             # Bytes a decode step must read: every body weight and the head the generator uses (its own
@@ -112,8 +114,8 @@ def main() -> None:
             # -------------------------------------------------------------- train
             mine = slice(0, a.train_prompts)
             ro = rollout(list(range(a.train_prompts)), mine, task, group=16, seed=0, step=1,
-                         plan_lengths=r.recipe.plan_lengths, keep_fn=r.recipe.keep, refill_rounds=0, sampler=r.sampler,
-                         generator=r.generator, tok=r.tok, max_new_tokens=a.train_tokens, temperature=1.0,
+                         plan_lengths=plan.recipe.plan_lengths, keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler,
+                         generator=r.generator, tok=plan.sampling.tok, max_new_tokens=a.train_tokens, temperature=1.0,
                          device=dist.device)
             adv = torch.randn(a.train_prompts, 16, generator=torch.Generator().manual_seed(0))
             keep = torch.ones(a.train_prompts, dtype=torch.bool)
@@ -121,7 +123,7 @@ def main() -> None:
             from scalerl.models.policy import checkpoint_layers
 
             def step(micro: int):
-                box["u"] = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe, minibatches=2,
+                box["u"] = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, plan.recipe, minibatches=2,
                                          grad_clip=1.0, temperature=1.0, mine=mine, dist=dist, micro_batch_tokens=micro)
 
             # before: one full-logits forward per minibatch, no checkpointing; after: model=hf's defaults.

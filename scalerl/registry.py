@@ -20,7 +20,7 @@ from scalerl.adv_norm.base import AdvNormFn
 from scalerl.aggregation import AGGREGATIONS
 from scalerl.aggregation.base import AggregateFn
 from scalerl.asynchrony import ASYNC_MODES
-from scalerl.asynchrony.base import Plan
+from scalerl.asynchrony.base import Interleaving
 from scalerl.core.option import Option
 from scalerl.filters import FILTERS
 from scalerl.filters.base import FilterFn
@@ -56,7 +56,7 @@ class Recipe:
     """No-Positive-Resampling threshold (``filter=zero_variance_npr``); None: never retire."""
     refill_rounds: int
     """DAPO dynamic-sampling refill rounds (``filter=dapo_dynamic``); 0: no refill."""
-    plan: Plan
+    interleaving: Interleaving
     """How generation and training interleave (``async``, arXiv 2510.13786 §3.1)."""
 
 
@@ -81,5 +81,5 @@ def build_recipe(cfg) -> Recipe:
         heads=bind(cfg.precision, PRECISIONS),
         retire_at=cfg.filter.retire_at,
         refill_rounds=cfg.filter.refill_rounds,
-        plan=bind(async_node(cfg), ASYNC_MODES)(),
+        interleaving=bind(async_node(cfg), ASYNC_MODES)(),
     )

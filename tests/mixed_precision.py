@@ -14,25 +14,26 @@ import torch
 from scalerl.models.policy import token_logprobs
 from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.rollout import rollout
+from scalerl.train.run_plan import plan_run
 from scalerl.train.setup import build_run, prepare_checkpoint
 from scalerl.train.sharded_checkpoint import resume, save_sharded
 from scalerl.train.sharding import full_state_dict
 from scalerl.train.update import policy_update
 
 
-def sample(cfg, r, dist, *, prompts: int, group: int, seed: int = 0):
+def sample(plan, r, dist, *, prompts: int, group: int, seed: int = 0):
     """One rollout from the in-process generator."""
     return rollout(list(range(prompts)), slice(0, prompts), r.task, group=group, seed=seed, step=1,
-                   plan_lengths=r.recipe.plan_lengths, keep_fn=r.recipe.keep, refill_rounds=0, sampler=r.sampler,
-                   generator=r.generator, tok=r.tok, max_new_tokens=cfg.length.max_new_tokens, temperature=1.0,
+                   plan_lengths=plan.recipe.plan_lengths, keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler,
+                   generator=r.generator, tok=plan.sampling.tok, max_new_tokens=plan.sampling.max_new_tokens, temperature=1.0,
                    device=dist.device)
 
 
-def rl_step(cfg, r, dist, *, prompts: int, group: int, seed: int = 0, version: int = 1):
+def rl_step(plan, r, dist, *, prompts: int, group: int, seed: int = 0, version: int = 1):
     """One rollout, one update with random advantages, and the push of the new weights."""
-    ro = sample(cfg, r, dist, prompts=prompts, group=group, seed=seed)
+    ro = sample(plan, r, dist, prompts=prompts, group=group, seed=seed)
     adv = torch.randn(prompts, group, generator=torch.Generator().manual_seed(seed))
-    upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, torch.ones(prompts, dtype=torch.bool), r.recipe,
+    upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, torch.ones(prompts, dtype=torch.bool), plan.recipe,
                         minibatches=2, grad_clip=1.0, temperature=1.0, mine=slice(0, prompts), dist=dist)
     r.sync_generator(version)
     return ro, upd
@@ -47,13 +48,14 @@ def check_bf16_step(cfg, device: torch.device, *, label: str, max_mean_dlogp: fl
     task, ckpt = prepare_checkpoint(cfg)
     dist = init_distributed(device, sharded=True)
     try:
-        r = build_run(cfg, task, ckpt, dist)
+        plan = plan_run(cfg, dist, ckpt)
+        r = build_run(plan, task, ckpt)
         assert all(isinstance(p, DTensor) and p.dtype == torch.float32 and p.device.type == device.type
                    for p in r.params)  # the master weights
         assert next(r.policy.model.parameters()).dtype == torch.bfloat16  # the generator's copy
         assert r.policy.head_weight.dtype == torch.float32  # its own fp32 head
         before = full_state_dict(r.model)
-        ro, upd = rl_step(cfg, r, dist, prompts=8, group=8)
+        ro, upd = rl_step(plan, r, dist, prompts=8, group=8)
         assert ro.gen.tokens.device.type == device.type and ro.gen.logprobs.dtype == torch.float32
         assert upd["nonfinite"] == 0 and math.isfinite(upd["loss"]) and upd["grad_norm"] > 0
         after = full_state_dict(r.model)
@@ -64,7 +66,7 @@ def check_bf16_step(cfg, device: torch.device, *, label: str, max_mean_dlogp: fl
         # Sampler against trainer on the pushed weights (bf16 bodies, fp32 heads). Sampled only: an
         # update in between would measure the policy's change instead (a random-advantage step
         # moves a random model's log-probs by 0.07 to 0.8 per token).
-        ro2 = sample(cfg, r, dist, prompts=8, group=8, seed=1)
+        ro2 = sample(plan, r, dist, prompts=8, group=8, seed=1)
         with torch.no_grad():
             logits = r.trainer(ro2.prompt_ids, ro2.prompt_mask, ro2.gen.tokens, ro2.gen.present.long(), 8)
         dlogp = (token_logprobs(logits, ro2.gen.tokens) - ro2.gen.logprobs)[ro2.gen.sampled].abs()
@@ -81,11 +83,12 @@ def check_sharded_round_trip(cfg, device: torch.device, tmp_path) -> None:
     task, ckpt = prepare_checkpoint(cfg)
     dist = init_distributed(device, sharded=True)
     try:
-        r = build_run(cfg, task, ckpt, dist)
-        rl_step(cfg, r, dist, prompts=4, group=4)
+        plan = plan_run(cfg, dist, ckpt)
+        r = build_run(plan, task, ckpt)
+        rl_step(plan, r, dist, prompts=4, group=4)
         extra = {"scheduler": r.scheduler.state_dict(), "sampler": r.sampler.state_dict(), "state": {"step": 1}}
         save_sharded(tmp_path, 1, r.model, r.optimizer, extra, keep=2, dist=dist)
-        r2 = build_run(cfg, task, ckpt, dist)
+        r2 = build_run(plan, task, ckpt)
         assert resume(tmp_path, r2)["state"] == {"step": 1}
         r2.sync_generator(1)  # as the loop does after a resume
         a, b = full_state_dict(r.model), full_state_dict(r2.model)
@@ -96,8 +99,8 @@ def check_sharded_round_trip(cfg, device: torch.device, tmp_path) -> None:
             for k in ("exp_avg", "exp_avg_sq"):
                 assert torch.equal(sa[i][k].to_local(), sb[i][k].to_local())
         # ...and the resumed trainer takes the same next step.
-        _, u1 = rl_step(cfg, r, dist, prompts=4, group=4, seed=5, version=2)
-        _, u2 = rl_step(cfg, r2, dist, prompts=4, group=4, seed=5, version=2)
+        _, u1 = rl_step(plan, r, dist, prompts=4, group=4, seed=5, version=2)
+        _, u2 = rl_step(plan, r2, dist, prompts=4, group=4, seed=5, version=2)
         assert math.isclose(u1["loss"], u2["loss"], rel_tol=1e-5)
     finally:
         shutdown(dist)

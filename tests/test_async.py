@@ -20,11 +20,11 @@ from helpers import REPO, VOLATILE, read_rows, wait_for
 from paced import pace
 from transformers import DynamicCache
 
-from scalerl.asynchrony.base import Plan, version_stats, within_lag
+from scalerl.asynchrony.base import Interleaving, version_stats, within_lag
 from scalerl.config import compose, validate
 from scalerl.core.jsonio import JsonlFile
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.generation.transport import TransportError
 from scalerl.generation.weights import in_order, layout, pack, unpack, weight_schema
 from scalerl.launch.local_pool import arm_threads
@@ -63,14 +63,14 @@ def test_version_arithmetic_by_hand():
 
 @pytest.mark.parametrize("option,max_lag,push_every,gens", [
     ("sync", 0, 1, 0), ("ppo_off_policy", 7, 8, 0), ("pipeline_rl", 8, 1, 1)])
-def test_each_option_makes_its_plan(option, max_lag, push_every, gens):
-    plan = build_recipe(validate(compose([f"async={option}"]))).plan
-    assert (plan.max_lag, plan.push_every, plan.generators) == (max_lag, push_every, gens)
-    assert plan.in_flight == (option == "pipeline_rl")
+def test_each_option_makes_its_interleaving(option, max_lag, push_every, gens):
+    mode = build_recipe(validate(compose([f"async={option}"]))).interleaving
+    assert (mode.max_lag, mode.push_every, mode.generators) == (max_lag, push_every, gens)
+    assert mode.in_flight == (option == "pipeline_rl")
 
 
-def test_lag_bound_and_pushes_of_a_plan():
-    ppo3 = Plan(max_lag=2, push_every=3, in_flight=False, generators=0)
+def test_lag_bound_and_pushes_of_an_interleaving():
+    ppo3 = Interleaving(max_lag=2, push_every=3, in_flight=False, generators=0)
     # Version 3 (pushed after step 3) may generate steps 4, 5, 6 and no later: 7 needs version >= 4.
     assert [ppo3.min_version(s) for s in (1, 4, 6, 7)] == [0, 1, 3, 4]
     assert [s for s in range(1, 10) if ppo3.pushes_after(s)] == [3, 6, 9]

@@ -8,10 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import REPO, VOLATILE, cli, popen_cli, read_rows, wait_for
+from helpers import ANSWERS_ONLY, REPO, VOLATILE, cli, popen_cli, read_rows, wait_for
 
 pytestmark = pytest.mark.slow
-SHORT = ["train.steps=30", "train.eval_every=5", "train.threads=1", "logger=none", "async=sync"]  # sync: bit-reproducible
+# sync: bit-reproducible; the answers-only shape: resume, relaunch and W&B do not depend on what a
+# completion holds, and the reasoning shape is the quick start's (tests/test_quickstart_wandb.py)
+SHORT = ["train.steps=30", "train.eval_every=5", "train.threads=1", "logger=none", "async=sync", *ANSWERS_ONLY]
 
 
 def only_run(out: Path) -> Path:
@@ -95,7 +97,7 @@ def test_failed_arm_is_reported_and_only_it_reruns(tmp_path):
 
 
 def test_wandb_offline_run_keeps_its_id_across_a_resume(tmp_path):
-    args = ["train.steps=20", "train.eval_every=5", "train.threads=1", "logger=wandb"]
+    args = ["train.steps=20", "train.eval_every=5", "train.threads=1", "logger=wandb", *ANSWERS_ONLY]
     p = popen_cli(args, tmp_path, tmp_path / "a.log")
     wait_for(lambda: any(tmp_path.glob("runs/*/metrics.jsonl")) and len(read_rows(only_run(tmp_path) / "metrics.jsonl")) >= 2,
              what="2 eval rows", proc=p)

@@ -230,17 +230,17 @@ def test_every_recipe_cites_the_paper():
 
 
 def test_pipeline_rl_runs_the_vllm_engine_but_refuses_a_sharded_one_naming_the_key():
-    derive(validate(compose(["generation=vllm", "async=pipeline_rl"])))  # each generator process runs vLLM
-    derive(validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=sync"])))
+    validate(compose(["generation=vllm", "async=pipeline_rl"]))  # each generator process runs vLLM
+    validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=sync"]))
     with pytest.raises(ConfigError) as e:  # a generator process drives one device
-        derive(validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=pipeline_rl"])))
+        validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=pipeline_rl"]))
     assert e.value.key == "generation.tensor_parallel_size"
 
 
 def test_vllm_takes_its_body_dtype_from_generation_dtype_not_precision_generator_body():
     # A torch sampler would otherwise replace vLLM for the training batches (train/setup.py::own_generator).
-    derive(validate(compose(["generation=vllm", "generation.dtype=bfloat16", "precision=bf16", "async=sync"])))
-    derive(validate(compose(["precision=bf16", "precision.generator_body=float32", "async=sync"])))  # torch: fine
+    validate(compose(["generation=vllm", "generation.dtype=bfloat16", "precision=bf16", "async=sync"]))
+    validate(compose(["precision=bf16", "precision.generator_body=float32", "async=sync"]))  # torch: fine
     with pytest.raises(ConfigError) as e:
-        derive(validate(compose(["generation=vllm", "precision=bf16", "precision.generator_body=float32", "async=sync"])))
+        validate(compose(["generation=vllm", "precision=bf16", "precision.generator_body=float32", "async=sync"]))
     assert e.value.key == "precision.generator_body" and "generation.dtype" in str(e.value)

@@ -101,19 +101,22 @@ def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
     """Bug: a rank whose share of the kept groups is smaller than batch.minibatches got an empty
     minibatch, its metrics dict was empty and the merge raised KeyError ('entropy')."""
     from scalerl.train.rollout import rollout
+    from scalerl.train.run_plan import plan_run
     from scalerl.train.setup import build_run, prepare_checkpoint
     from scalerl.train.update import policy_update
 
     cfg = tiny_cfg(*TINY)
     task, ckpt = prepare_checkpoint(cfg)
-    r = build_run(cfg, task, ckpt, TwinDist(1))
-    gen_kw = dict(generator=r.generator, tok=r.tok, max_new_tokens=8, temperature=1.0, device=torch.device("cpu"))
+    plan = plan_run(cfg, TwinDist(1), ckpt)
+    r = build_run(plan, task, ckpt)
+    gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=8, temperature=1.0,
+                  device=torch.device("cpu"))
     mine = slice(4, 8)  # rank 1's prompts of 8
-    ro = rollout(list(range(8)), mine, task, group=8, seed=0, step=1, plan_lengths=r.recipe.plan_lengths,
-                 keep_fn=r.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
+    ro = rollout(list(range(8)), mine, task, group=8, seed=0, step=1, plan_lengths=plan.recipe.plan_lengths,
+                 keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
     keep = torch.tensor([True, True, True, False, False, False, False, True])  # rank 1 keeps only group 7
     adv = torch.randn(8, 8)
-    out = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe, minibatches=2, grad_clip=1.0,
+    out = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, plan.recipe, minibatches=2, grad_clip=1.0,
                         temperature=1.0, mine=mine, dist=TwinDist(1))
     # Global chunks [0, 1] and [2, 7]: rank 1 has no rows in the first, one group in the second.
     assert out["idle_minibatches"] == 1 and out["nonfinite"] == 0

@@ -23,14 +23,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers import REPO, VOLATILE, ForkedCli, arms, popen_cli, read_rows, run_cli, wait_for
+from helpers import ANSWERS_ONLY, REPO, VOLATILE, ForkedCli, arms, popen_cli, read_rows, run_cli, wait_for
 
 from scalerl.core.liveness import process_alive
 
 pytestmark = pytest.mark.slow
 # Synchronous: a pipeline_rl resume regenerates the batches in flight with newer weights, by
 # design (docs/async.md), so only a sync run can be compared bit for bit after a kill.
-RUN = ["train.steps=8", "train.eval_every=4", "train.ckpt_every=2", "train.threads=1", "logger=none", "async=sync"]
+RUN = ["train.steps=8", "train.eval_every=4", "train.ckpt_every=2", "train.threads=1", "logger=none", "async=sync",
+       *ANSWERS_ONLY]  # a kill point does not depend on what a completion holds
 SWEEP = ["-m", "loss=cispo,dapo", *RUN, "hydra.sweeper.n_boot=10", "study=default"]
 KILLED = -signal.SIGKILL
 # The order in which a run passes its fail points within one step (kill points are chosen in this order).

@@ -206,7 +206,7 @@ import json, socket, sys, time, torch
 from functools import partial
 from scalerl.generation.interface import SamplingParams
 from scalerl.generation.pool import GeneratorPool
-from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.generation.transport import TransportError
 from scalerl.generation.worker import Shard, WorkerSpec
 from scalerl.models.load import load_checkpoint

@@ -56,15 +56,17 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation):
     """One policy_update with micro-batches of at most 24 padded tokens (rows split across
     micro-batches, groups too) gives the single-forward update to float rounding."""
     from scalerl.train.rollout import rollout
+    from scalerl.train.run_plan import plan_run
     from scalerl.train.setup import build_run, prepare_checkpoint
 
     cfg = tiny_cfg("batch.prompts=4", "batch.generations=4", "batch.minibatches=2", f"aggregation={aggregation}",
                    "loss=cispo", "length=truncate")
     task, ckpt = prepare_checkpoint(cfg)
-    r = build_run(cfg, task, ckpt, OneRank())
-    gen_kw = dict(generator=r.generator, tok=r.tok, max_new_tokens=12, temperature=1.0, device=torch.device("cpu"))
-    ro = rollout(list(range(4)), slice(0, 4), task, group=4, seed=0, step=1, plan_lengths=r.recipe.plan_lengths,
-                 keep_fn=r.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
+    plan = plan_run(cfg, OneRank(), ckpt)
+    r = build_run(plan, task, ckpt)
+    gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=12, temperature=1.0, device=torch.device("cpu"))
+    ro = rollout(list(range(4)), slice(0, 4), task, group=4, seed=0, step=1, plan_lengths=plan.recipe.plan_lengths,
+                 keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
     # The warm-started model answers in equal lengths: cut rows to ragged ones (1..5 tokens) so
     # that the bucketing has something to sort and groups split across micro-batches.
     cut = torch.arange(ro.gen.present.shape[1])[None] < (1 + torch.arange(16) * 3 % 5)[:, None]
@@ -81,7 +83,7 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation):
     outs, weights = [], []
     for budget in (0, 24):
         r.trainer.load_state_dict(start)
-        outs.append(policy_update(r.trainer, sgd, r.params, ro, adv, keep, r.recipe, minibatches=2,
+        outs.append(policy_update(r.trainer, sgd, r.params, ro, adv, keep, plan.recipe, minibatches=2,
                                   grad_clip=1.0, temperature=1.0, mine=slice(0, 4), dist=OneRank(),
                                   micro_batch_tokens=budget))
         weights.append({k: v.clone() for k, v in r.trainer.state_dict().items()})

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, token_entropy, token_logprobs
 from scalerl.models.tiny import build_tiny_checkpoint
@@ -59,7 +59,7 @@ def test_sampler_logprobs_equal_trainer_logprobs(tmp_path):
     prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
     g = TorchGenerator(pol, torch.device("cpu")).generate(
         prompts, SamplingParams(max_new_tokens=6, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
-    from scalerl.generation.torch_sampler import left_pad
+    from scalerl.generation.torch_engine import left_pad
 
     ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
     with torch.no_grad():
@@ -78,7 +78,7 @@ def test_shared_prefix_equals_full_forward_values_and_gradients(tmp_path):
     """Groups share one prompt forward (keys/values repeated); must equal a plain forward."""
     model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float64, device=torch.device("cpu"))
     pol = Policy(model, gen_head=linear_head(torch.float64), train_head=linear_head(torch.float64))
-    from scalerl.generation.torch_sampler import left_pad
+    from scalerl.generation.torch_engine import left_pad
 
     prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
     g = TorchGenerator(pol, torch.device("cpu")).generate(
@@ -118,7 +118,7 @@ def test_trainer_logits_for_the_narrowest_completions(tmp_path, width):
     """The trainer feeds a completion's tokens but its last (nothing reads that position), and
     still runs the pass for a 1-token completion (FSDP2 ranks must run the same layer forwards).
     Both widths against a plain forward of prompt+completion."""
-    from scalerl.generation.torch_sampler import left_pad
+    from scalerl.generation.torch_engine import left_pad
     from scalerl.models.policy import positions_from_mask
 
     model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float64, device=torch.device("cpu"))
@@ -189,7 +189,7 @@ def test_sampling_uses_the_requested_temperature(tmp_path):
     model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float32, device=torch.device("cpu"))
     pol = Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32))
     prompts = [[tok.bos_token_id] + tok("12+34=", add_special_tokens=False)["input_ids"]]
-    from scalerl.generation.torch_sampler import left_pad
+    from scalerl.generation.torch_engine import left_pad
 
     ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
     for temp in (0.5, 2.0):

@@ -13,7 +13,7 @@ import torch
 from helpers import ANSWERS_ONLY, read_rows
 from test_distributed import torchrun
 
-from scalerl.config import ConfigError, compose, validate
+from scalerl.config import ConfigError, check_ranks, compose, validate
 from scalerl.config.derive import derive
 from scalerl.generation import Generation
 from scalerl.train.rollout import Rollout, rollout_share
@@ -48,13 +48,17 @@ def test_a_ranks_share_is_what_it_would_have_sampled_itself():
 
 
 def test_generators_with_several_ranks_validate_but_refills_and_tensor_parallel_do_not():
-    assert derive(validate(compose([])), 2).prompts_per_rank == validate(compose([])).batch.prompts // 2
-    derive(validate(compose(["async=pipeline_rl", "async.generators=2"])), 4)
+    assert derive(validate(compose([]), 2), 2).prompts_per_rank == validate(compose([])).batch.prompts // 2
+    validate(compose(["async=pipeline_rl", "async.generators=2"]), world_size=4)
+    validate(compose(["filter=dapo_dynamic"]))  # one rank refills
     with pytest.raises(ConfigError) as e:  # rank 0 would draw the refill prompts alone
-        derive(validate(compose(["filter=dapo_dynamic"])), 2)
+        validate(compose(["filter=dapo_dynamic"]), world_size=2)
     assert e.value.key == "filter"
+    with pytest.raises(ConfigError) as e:  # the rule holds for the ranks a run really got (torchrun)
+        check_ranks(validate(compose(["batch.prompts=6"])), 4)
+    assert e.value.key == "batch.prompts"
     with pytest.raises(ConfigError) as e:  # a generator process drives one device
-        derive(validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=pipeline_rl"])), 2)
+        validate(compose(["generation=vllm", "generation.tensor_parallel_size=2", "async=pipeline_rl"]), world_size=2)
     assert e.value.key == "generation.tensor_parallel_size"
 
 

@@ -233,3 +233,21 @@ def test_trainer_and_generator_in_different_network_namespaces(two_namespaces, t
     assert "refused 'done/0/2'" in got["planted"]
     assert got["loopback"] == "closed"  # bound to the address it was given, not every interface
     assert not marker.exists()
+
+
+def test_a_closed_hub_never_closes_a_file_that_reused_its_fd(tmp_path):
+    """Bug: the hub closed its listening socket and the store closed the same fd again when it was
+    destroyed; by then a file of the same process could hold that number, and its next read failed
+    with EBADF (seen as OSErrors in unrelated tests: hydra's and pandas' file reads)."""
+    import gc
+
+    hub = Hub(1, timeout_s=10)
+    hub.close()
+    with open(tmp_path / "later.txt", "w+") as f:  # the lowest free number: the socket's, if it was freed
+        del hub
+        gc.collect()
+        f.write("still open")
+        f.flush()
+        f.seek(0)
+        assert f.read() == "still open"
+        assert os.fstat(f.fileno()).st_size == len("still open")

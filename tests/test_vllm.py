@@ -24,7 +24,7 @@ from helpers import read_rows, run_cli  # noqa: E402
 
 from scalerl.generation import SamplingParams  # noqa: E402
 from scalerl.generation.base import EngineContext  # noqa: E402
-from scalerl.generation.torch_sampler import TorchGenerator, left_pad  # noqa: E402
+from scalerl.generation.torch_engine import TorchGenerator, left_pad  # noqa: E402
 from scalerl.generation.vllm_option import VLLMGenerationConfig, build_vllm_generator  # noqa: E402
 from scalerl.models.load import load_checkpoint  # noqa: E402
 from scalerl.models.policy import Policy, token_logprobs  # noqa: E402

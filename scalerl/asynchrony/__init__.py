@@ -1,8 +1,8 @@
 """Asynchrony (config group ``async``), arXiv 2510.13786 §3.1: how generation
 and training interleave.
 
-``fn(*, cfg) -> Plan`` (the ``PlanFn`` contract in ``base.py``) turns an
-option into a frozen ``Plan``: how many policy versions a consumed token may
+``fn(*, cfg) -> Interleaving`` (the ``InterleavingFn`` contract in ``base.py``) turns an
+option into a frozen ``Interleaving``: how many policy versions a consumed token may
 lag the trainer (``max_lag``), how often the trainer pushes weights to the
 generators (``push_every``), whether a push may land between decode steps
 (``in_flight``), and how many generator processes own a copy of the weights.
@@ -21,7 +21,7 @@ from scalerl.asynchrony import pipeline_rl, ppo_off_policy, sync
 from scalerl.core.option import Option
 
 ASYNC_MODES: dict[str, Option] = {
-    "sync": Option(sync.SyncConfig, sync.sync_plan),
-    "ppo_off_policy": Option(ppo_off_policy.PPOOffPolicyConfig, ppo_off_policy.ppo_off_policy_plan),
-    "pipeline_rl": Option(pipeline_rl.PipelineRLConfig, pipeline_rl.pipeline_rl_plan),
+    "sync": Option(sync.SyncConfig, sync.sync_interleaving),
+    "ppo_off_policy": Option(ppo_off_policy.PPOOffPolicyConfig, ppo_off_policy.ppo_off_policy_interleaving),
+    "pipeline_rl": Option(pipeline_rl.PipelineRLConfig, pipeline_rl.pipeline_rl_interleaving),
 }

@@ -44,7 +44,7 @@ class AsyncConfig:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Interleaving:
     """How one run interleaves generation and training (built once from the ``async`` option)."""
 
     max_lag: int
@@ -72,9 +72,9 @@ class Plan:
         """The last step whose batch may be ordered once the trainer holds ``version``: the lag bound,
         tightened by ``lookahead``, and never past the run's ``steps``.
 
-        >>> Plan(max_lag=8, push_every=1, in_flight=True, generators=1, lookahead=1).ordered_through(5, 100)
+        >>> Interleaving(max_lag=8, push_every=1, in_flight=True, generators=1, lookahead=1).ordered_through(5, 100)
         7
-        >>> Plan(max_lag=2, push_every=1, in_flight=True, generators=1).ordered_through(5, 7)
+        >>> Interleaving(max_lag=2, push_every=1, in_flight=True, generators=1).ordered_through(5, 7)
         7
         """
         ahead = self.max_lag if self.lookahead < 0 else min(self.lookahead, self.max_lag)
@@ -84,10 +84,10 @@ class Plan:
         return step % self.push_every == 0
 
 
-class PlanFn(Protocol):
-    """An ``async`` option with its config bound -> the run's ``Plan``."""
+class InterleavingFn(Protocol):
+    """An ``async`` option with its config bound -> the run's ``Interleaving``."""
 
-    def __call__(self) -> Plan: ...
+    def __call__(self) -> Interleaving: ...
 
 
 def staleness(version: Tensor, present: Tensor, trainer_version: int) -> Tensor:

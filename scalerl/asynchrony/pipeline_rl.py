@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.asynchrony.base import AsyncConfig, Plan
+from scalerl.asynchrony.base import AsyncConfig, Interleaving
 from scalerl.core.errors import check
 
 
@@ -33,6 +33,6 @@ class PipelineRLConfig(AsyncConfig):
         check(self.lookahead >= -1, "async.lookahead", f"must be >= 0, or -1 (up to async.max_lag), got {self.lookahead}")
 
 
-def pipeline_rl_plan(*, cfg: PipelineRLConfig) -> Plan:
-    return Plan(max_lag=cfg.max_lag, push_every=1, in_flight=True, generators=cfg.generators,
+def pipeline_rl_interleaving(*, cfg: PipelineRLConfig) -> Interleaving:
+    return Interleaving(max_lag=cfg.max_lag, push_every=1, in_flight=True, generators=cfg.generators,
                 generator_threads=cfg.generator_threads, timeout_s=cfg.timeout_s, lookahead=cfg.lookahead)

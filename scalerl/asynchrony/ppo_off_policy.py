@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.asynchrony.base import AsyncConfig, Plan
+from scalerl.asynchrony.base import AsyncConfig, Interleaving
 from scalerl.core.errors import check
 
 
@@ -21,6 +21,6 @@ class PPOOffPolicyConfig(AsyncConfig):
         check(self.k >= 1, "async.k", f"must be >= 1, got {self.k}")
 
 
-def ppo_off_policy_plan(*, cfg: PPOOffPolicyConfig) -> Plan:
-    return Plan(max_lag=cfg.k - 1, push_every=cfg.k, in_flight=False, generators=cfg.generators,
+def ppo_off_policy_interleaving(*, cfg: PPOOffPolicyConfig) -> Interleaving:
+    return Interleaving(max_lag=cfg.k - 1, push_every=cfg.k, in_flight=False, generators=cfg.generators,
                 generator_threads=cfg.generator_threads, timeout_s=cfg.timeout_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.asynchrony.base import AsyncConfig, Plan
+from scalerl.asynchrony.base import AsyncConfig, Interleaving
 
 
 @dataclass
@@ -14,6 +14,6 @@ class SyncConfig(AsyncConfig):
     pass
 
 
-def sync_plan(*, cfg: SyncConfig) -> Plan:
-    return Plan(max_lag=0, push_every=1, in_flight=False, generators=cfg.generators,
+def sync_interleaving(*, cfg: SyncConfig) -> Interleaving:
+    return Interleaving(max_lag=0, push_every=1, in_flight=False, generators=cfg.generators,
                 generator_threads=cfg.generator_threads, timeout_s=cfg.timeout_s)

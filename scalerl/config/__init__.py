@@ -23,10 +23,12 @@ from scalerl.config.groups import OPTION_GROUPS
 from scalerl.config.schema import BatchConfig, Config, TrainConfig
 from scalerl.config.store import register_schemas
 from scalerl.core.errors import ConfigError, check
+from scalerl.registry import async_node
 
 
-def validate(cfg: DictConfig) -> Config:
-    """Instantiate every dataclass (running their checks) plus cross-field checks.
+def validate(cfg: DictConfig, world_size: int = 1) -> Config:
+    """Instantiate every dataclass (running their checks) plus cross-field checks, the rules of a
+    run on ``world_size`` data-parallel ranks included (``check_ranks``).
 
     Raises ``ConfigError`` naming the key to fix.
     """
@@ -41,6 +43,7 @@ def validate(cfg: DictConfig) -> Config:
     _check_finite(obj, "")
     _check_options(obj)
     _cross_checks(obj)
+    check_ranks(obj, world_size)
     return obj
 
 
@@ -149,6 +152,30 @@ def _cross_checks(c: Config) -> None:
           f"must be a plain name (letters, digits and = , . _ + -, no '/'), got {c.study!r}")
 
 
+    # A generator process drives one device (generation/worker.py): an engine that shards the model
+    # over several runs in the trainer's process only
+    generators, tp = async_node(c).generators, c.generation.model_shards()
+    check(not (generators and tp > 1), "generation.tensor_parallel_size",
+          f"a generator process drives one device, so generation.tensor_parallel_size={tp} needs async=sync or "
+          "async=ppo_off_policy (the trainer's process) for now; use generation.tensor_parallel_size=1 with "
+          f"async={async_node(c).name}")
+    gen_body = c.precision.generator_body_setting()
+    check(not (c.generation.name != "torch" and gen_body != "auto"), "precision.generator_body",
+          f"generation={c.generation.name} sets its own body dtype with generation.dtype; use that instead of "
+          f"precision.generator_body={gen_body}")
+
+
+def check_ranks(c: Config, world_size: int) -> None:
+    """The rules of a run on ``world_size`` data-parallel ranks: ``validate`` checks them for the
+    launcher's world size before anything launches, and the run again for the ranks it really got
+    (``torchrun`` says how many only at start-up)."""
+    check(c.batch.prompts % world_size == 0, "batch.prompts",
+          f"batch.prompts={c.batch.prompts} must be divisible by the number of ranks ({world_size})")
+    check(not (c.filter.refill_rounds and world_size > 1), "filter",
+          f"{c.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
+          "use filter=zero_variance or one rank")
+
+
 STUDY_NAME = re.compile(r"[A-Za-z0-9=,._+-]{1,200}")
 
 
@@ -185,5 +212,5 @@ def cuda_devices() -> int:
     return int(count.value)
 
 
-__all__ = ["BatchConfig", "Config", "ConfigError", "TrainConfig", "as_config_error", "check", "check_environment", "compose",
+__all__ = ["BatchConfig", "Config", "ConfigError", "TrainConfig", "as_config_error", "check", "check_environment", "check_ranks", "compose",
            "register_schemas", "validate"]

@@ -5,9 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from scalerl.core.errors import check
-from scalerl.registry import async_node
-
 
 @dataclass(frozen=True)
 class Derived:
@@ -26,28 +23,10 @@ class Derived:
 
 
 def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derived:
-    """``cfg`` is the validated ``Config``; ``world_size`` the data-parallel ranks of one run.
-
-    Raises ``ConfigError`` when the batch cannot be split over the ranks; the
-    sweep calls this for every arm with its launcher's world size before
-    anything launches.
-    """
+    """``cfg`` is the validated ``Config`` (its rules, those of ``world_size`` ranks included,
+    are ``validate``'s and ``check_ranks``'s); ``world_size`` the data-parallel ranks of one run;
+    ``phrase_tokens`` the interruption phrase's length in tokens (None: in characters, a bound)."""
     b = cfg.batch
-    check(b.prompts % world_size == 0, "batch.prompts",
-          f"batch.prompts={b.prompts} must be divisible by the number of ranks ({world_size})")
-    check(not (cfg.filter.refill_rounds and world_size > 1), "filter",
-          f"{cfg.filter.name} refills batches per rank and is not supported with {world_size} ranks yet; "
-          "use filter=zero_variance or one rank")
-    generators = async_node(cfg).generators  # with several ranks, rank 0 owns them (train/pipeline.py)
-    tp = getattr(cfg.generation, "tensor_parallel_size", 1)  # engines that shard the model (vLLM)
-    check(not (generators and tp > 1), "generation.tensor_parallel_size",
-          f"a generator process drives one device, so generation.tensor_parallel_size={tp} needs async=sync or "
-          "async=ppo_off_policy (the trainer's process) for now; use generation.tensor_parallel_size=1 with "
-          f"async={async_node(cfg).name}")
-    gen_body = getattr(cfg.precision, "generator_body", "auto")
-    check(not (cfg.generation.name != "torch" and gen_body != "auto"), "precision.generator_body",
-          f"generation={cfg.generation.name} sets its own body dtype with generation.dtype; use that instead of "
-          f"precision.generator_body={gen_body}")
     per_rank = b.prompts // world_size  # minibatches are global (train/update.py): no per-rank divisibility
     # File-based tasks (math, code, mix) know their pool size only once the data is read:
     # 0 here means "unknown"; metrics.jsonl's `epoch` comes from the real pool.

@@ -9,7 +9,7 @@ between decode steps if need be. The trainer only ever sees ``Generator``; which
 engine is behind it is the option:
 
 - ``torch``: in-process batched KV-cache sampler over the trainer's own model
-  (``torch_sampler.py``), the default for the embedded model;
+  (``torch_engine.py``), the default for the embedded model;
 - ``vllm``: a vLLM engine in its own processes (``vllm_engine.py``, weight pushes in
   ``vllm_transfer.py``), the paper's generator. Only those two modules import vLLM.
 

@@ -22,6 +22,10 @@ class GenerationConfig:
     """The engine samples from a ``Policy`` in its process (``EngineContext.policy``); False: it
     loads ``EngineContext.checkpoint`` itself, and a generator process needs no model of its own."""
 
+    def model_shards(self) -> int:
+        """Devices one engine shards the model over (vLLM's ``tensor_parallel_size``); 1: one device."""
+        return 1
+
 
 @dataclass(frozen=True)
 class EngineContext:

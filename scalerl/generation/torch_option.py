@@ -1,5 +1,5 @@
 """``generation=torch``: the default, an in-process batched KV-cache sampler in plain
-torch + transformers (``torch_sampler.py``). It samples from the trainer's own
+torch + transformers (``torch_engine.py``). It samples from the trainer's own
 model object, so a push only moves the version (and copies tensors that are not
 already the model's). Fastest for the embedded tiny model, where Python overhead
 per decode step dominates and a separate engine process would only add transfers."""
@@ -16,6 +16,6 @@ class TorchGenerationConfig(GenerationConfig):
 
 
 def build_torch_generator(ctx: EngineContext, *, cfg: TorchGenerationConfig):
-    from scalerl.generation.torch_sampler import TorchGenerator  # transformers: only when a run builds it
+    from scalerl.generation.torch_engine import TorchGenerator  # transformers: only when a run builds it
 
     return TorchGenerator(ctx.policy, ctx.device)

@@ -99,9 +99,13 @@ class Hub:
         """The run's secret: give it to generators through ``SECRET_ENV``, never argv."""
         self.rollout_types = tuple(rollout_types)
         """The dataclasses a rollout or probe reply may hold (``decode``)."""
-        self._sock = listen_socket(host)
-        self.store = dist.TCPStore(host, self._sock.getsockname()[1], None, True, seconds(timeout_s),
-                                   wait_for_workers=False, master_listen_fd=self._sock.fileno())
+        sock = listen_socket(host)
+        self.store = dist.TCPStore(host, sock.getsockname()[1], None, True, seconds(timeout_s),
+                                   wait_for_workers=False, master_listen_fd=sock.fileno())
+        # The store owns the listening fd now and closes it when it is destroyed. Closing the socket
+        # too closed the fd twice: the second close hit whatever file had reused the number since
+        # (EBADF in later, unrelated file reads of the same process: tests/test_transport.py).
+        sock.detach()
         self.signed = Signed(self.store, self.secret)
         self.seq = 0  # control messages sent
         self.forgotten = 0  # control messages every generator has read, deleted from the store
@@ -266,8 +270,7 @@ class Hub:
 
     def close(self) -> None:
         _abort(self._rollouts, self._weights)
-        self._rollouts = self._weights = None
-        self._sock.close()
+        self._rollouts = self._weights = None  # the store (and its listening fd) goes with the hub
 
 
 class Spoke:

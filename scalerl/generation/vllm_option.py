@@ -56,6 +56,9 @@ class VLLMGenerationConfig(GenerationConfig):
         check(self.tensor_parallel_size >= 1, "generation.tensor_parallel_size",
               f"must be >= 1, got {self.tensor_parallel_size}")
 
+    def model_shards(self) -> int:
+        return self.tensor_parallel_size
+
 
 def build_vllm_generator(ctx: EngineContext, *, cfg: VLLMGenerationConfig):
     check_installed()

@@ -34,7 +34,6 @@ from rich.console import Console
 from rich.table import Table
 
 from scalerl.config import ConfigError, as_config_error, check, check_environment, validate
-from scalerl.config.derive import derive
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import early_stop, rundir
@@ -113,8 +112,7 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
     for overrides in overrides_list:
         try:
             cfg = config_loader.load_sweep_config(config, list(overrides))
-            obj = validate(job_config(cfg))
-            derive(obj, world_size=launcher_world_size(cfg))
+            obj = validate(job_config(cfg), world_size=launcher_world_size(cfg))
             if _trains_here(cfg):  # a SLURM sweep's arms run elsewhere: their machine is checked there
                 check_environment(obj)
             run_dir = rundir.sweep_run_dir(cfg)

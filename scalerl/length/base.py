@@ -30,6 +30,10 @@ class LengthConfig:
         phrase's length in tokens (None: its length in characters, an upper bound)."""
         return self.max_new_tokens
 
+    def forced_phrase(self) -> str:
+        """The text the option appends to a completion (an interruption's phrase); "" for none."""
+        return ""
+
 
 @dataclass
 class LengthPlan:

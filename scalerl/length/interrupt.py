@@ -41,6 +41,9 @@ class InterruptConfig(LengthConfig):
         phrase = len(self.phrase) if phrase_tokens is None else phrase_tokens
         return self.max_new_tokens + phrase + self.answer_budget
 
+    def forced_phrase(self) -> str:
+        return self.phrase
+
     def bounds(self) -> tuple[int, int]:
         """Inclusive token range of interruption points."""
         lo = max(1, math.ceil(self.lo * self.max_new_tokens))

@@ -21,6 +21,10 @@ class PrecisionConfig:
     name: str = MISSING
     """The option's registry key, written by the config store."""
 
+    def generator_body_setting(self) -> str:
+        """The option's ``generator_body`` (the generator's own body dtype), or auto where it has none."""
+        return "auto"
+
 
 @dataclass(frozen=True)
 class Heads:

@@ -20,6 +20,9 @@ class Bf16Config(PrecisionConfig):
         check(self.generator_body in BODY_DTYPES, "precision.generator_body",
               f"must be one of {BODY_DTYPES}, got {self.generator_body!r}")
 
+    def generator_body_setting(self) -> str:
+        return self.generator_body
+
 
 def bf16_heads(compute_dtype, *, cfg: Bf16Config) -> Heads:
     return Heads(gen_dtype=torch.bfloat16, train_dtype=torch.bfloat16, body_dtype=None,

@@ -25,6 +25,9 @@ class Fp32HeadConfig(PrecisionConfig):
         check(self.generator_body in BODY_DTYPES, "precision.generator_body",
               f"must be one of {BODY_DTYPES}, got {self.generator_body!r}")
 
+    def generator_body_setting(self) -> str:
+        return self.generator_body
+
 
 def fp32_head_heads(compute_dtype, *, cfg: Fp32HeadConfig) -> Heads:
     pick = lambda on: torch.float32 if on else torch.bfloat16

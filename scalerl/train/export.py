@@ -17,8 +17,8 @@ from scalerl.train.sharding import full_state_dict
 EXPORT_DIR = "final_policy"
 
 
-def export_policy(run_dir: Path, r, dist) -> Path | None:
-    """Collective when sharded. Rank 0 writes; returns the directory there, None elsewhere."""
+def export_policy(run_dir: Path, r, dist, tok) -> Path | None:
+    """The run ``r``'s policy, with the tokenizer ``tok``, as an HF checkpoint. Collective when sharded. Rank 0 writes; returns the directory there, None elsewhere."""
     # A plain module carries the config and the save logic: the trainer's own model, or
     # (sharded: its parameters are shards) the generator's copy, given the gathered weights.
     vessel = r.policy.model if r.sharded else r.model
@@ -29,7 +29,7 @@ def export_policy(run_dir: Path, r, dist) -> Path | None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     vessel.save_pretrained(tmp, state_dict={k: v.cpu() for k, v in weights.items()}, safe_serialization=True)
-    r.tok.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out

@@ -12,7 +12,7 @@ Per step:
   publish    hand the new weights to the generators: the in-process engine now
              (``Run.sync_generator``: a no-op for the torch engine on the trainer's
              own model, a transfer into a running vLLM engine), generator
-             processes as the async plan says
+             processes as the interleaving says
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
   eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
@@ -38,10 +38,10 @@ from pathlib import Path
 
 import torch
 
-from scalerl.config.derive import derive
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, write_json_atomic
 from scalerl.loggers.base import namespaced
+from scalerl.registry import build_recipe
 from scalerl.train.checkpoint import check_finite, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import Dist, init_distributed, launched_world, shutdown
@@ -49,16 +49,8 @@ from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.export import export_policy
 from scalerl.train.heldout import pin_heldout
 from scalerl.train.progress import Progress
-from scalerl.train.rollout import encode_phrase
-from scalerl.train.setup import (
-    body_dtype,
-    build_logger,
-    build_run,
-    build_schedule,
-    pick_device,
-    prepare_checkpoint,
-    resolve_threads,
-)
+from scalerl.train.run_plan import body_dtype, plan_run
+from scalerl.train.setup import build_logger, build_run, build_schedule, pick_device, prepare_checkpoint, resolve_threads
 from scalerl.train.sharded_checkpoint import prune, resume, save_sharded
 from scalerl.train.sharding import needs_sharding
 from scalerl.train.signals import StopRequest
@@ -80,16 +72,14 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     device = pick_device(cfg.train.device)
     threads = resolve_threads(cfg.train.threads)
     task, ckpt_path = prepare_checkpoint(cfg)
-    dist = init_distributed(device, sharded=needs_sharding(launched_world(), body_dtype(cfg, device)))
+    recipe = build_recipe(cfg)  # once: the plan, the run and the schedules share it
+    dist = init_distributed(device, sharded=needs_sharding(launched_world(), body_dtype(cfg, recipe, device)))
     say = print if dist.main else (lambda *a, **k: None)
-    r = build_run(cfg, task, ckpt_path, dist)
+    plan = plan_run(cfg, dist, ckpt_path, threads=threads, recipe=recipe)
+    r = build_run(plan, task, ckpt_path)
     pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
-    derived = derive(cfg, dist.world, len(encode_phrase(r.tok, getattr(cfg.length, "phrase", ""))))
-    per_rank = derived.prompts_per_rank
-    mine = slice(dist.rank * per_rank, (dist.rank + 1) * per_rank)
-    gen_kw = dict(generator=r.generator, tok=r.tok, max_new_tokens=cfg.length.max_new_tokens,
-                  temperature=cfg.train.temperature, device=dist.device)
-    sched = build_schedule(cfg, r, gen_kw=gen_kw, device=dist.device, threads=threads, rank=dist.rank, mine=mine)
+    derived, mine = plan.derived, plan.mine
+    sched = build_schedule(plan, r)
     devices = (cfg.train.gpus or dist.world) + sched.generator_devices  # device-hours = wall x (trainer + generators)
     metrics, steps_log = JsonlFile(run_dir / "metrics.jsonl"), JsonlFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
@@ -120,7 +110,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     def evaluate_and_checkpoint() -> None:
         check_finite(r.model, dist)  # a diverged policy gets no eval row, only an error
         r.model.eval()
-        ev = _heldout(r, cfg, sched, dist, gen_kw, state["step"])
+        ev = _heldout(plan, r, sched, state["step"])
         r.model.train()
         failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
@@ -150,12 +140,12 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             ro = batch.rollout
             rewards, correct = dist.all_cat(torch.stack([ro.rewards, ro.correct], 1)).unbind(1)  # (P, G) whole batch
             # -------------------------------------------- filter + advantages
-            keep = r.recipe.keep(rewards) & dist.all_cat(batch.fresh)  # (P,); fresh: within the lag bound
-            adv = r.recipe.advantages(rewards, keep)  # (P, G)
+            keep = recipe.keep(rewards) & dist.all_cat(batch.fresh)  # (P,); fresh: within the lag bound
+            adv = recipe.advantages(rewards, keep)  # (P, G)
             prompt_index = ro.prompt_index if dist.world == 1 else batch.prompts
             r.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
             # ----------------------------------------------------------- update
-            upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, r.recipe,
+            upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, recipe,
                                 minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip,
                                 temperature=cfg.train.temperature, mine=mine, dist=dist,
                                 micro_batch_tokens=cfg.train.micro_batch_tokens)
@@ -199,7 +189,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     if status != "done":  # stopped by a signal or a stop request: save exactly where we are
         _save(run_dir, r, state, cfg, dist, sched)
     elif cfg.train.export_policy:  # the final policy as an ordinary HF checkpoint directory
-        export_policy(run_dir, r, dist)
+        export_policy(run_dir, r, dist, plan.sampling.tok)
     progress.update(state["step"], status=status)
     progress.close()
     if logger is not None:
@@ -230,12 +220,13 @@ def _alarms(stats: dict, state: dict, cfg, say, dist) -> None:
     stats["alarm_truncation"] = int(stats["truncation_rate"] > cfg.length.alarm)
 
 
-def _heldout(r, cfg, sched, dist, gen_kw: dict, step: int) -> dict:
+def _heldout(plan, r, sched, step: int) -> dict:
     """The held-out pass rate, sampled by ``sched.eval_generator``: every rank its share, or, when
     only rank 0 can reach that engine (``sched.eval_on_main``: vLLM in the generator processes
     of a several-rank run), rank 0 all of it, its row then handed to every rank."""
-    kw = dict(samples=cfg.train.eval_samples, seed=cfg.seed, step=step, plan_lengths=r.recipe.plan_lengths,
-              **{**gen_kw, "generator": sched.eval_generator})
+    dist = plan.dist
+    kw = dict(samples=plan.cfg.train.eval_samples, seed=plan.cfg.seed, step=step, plan_lengths=plan.recipe.plan_lengths,
+              **plan.sampling.kw(sched.eval_generator))
     if not sched.eval_on_main:
         return heldout_pass_rate(r.task, dist=dist, **kw)
     return dist.from_main(heldout_pass_rate(r.task, dist=Dist(device=dist.device), **kw) if dist.main else None)

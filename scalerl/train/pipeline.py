@@ -1,7 +1,7 @@
 """``PipelineSchedule``: generator processes with their own weights stream
 beside the trainer (``async.generators >= 1``; PipelineRL, arXiv 2510.13786 §3.1).
 
-The trainer keeps the orders ``lookahead + 1`` steps ahead (``Plan.ordered_through``:
+The trainer keeps the orders ``lookahead + 1`` steps ahead (``Interleaving.ordered_through``:
 at most ``max_lag + 1``): it draws each step's prompts, its length plan and its
 sampling seed, and sends them as one order split across the generators
 (contiguous prompt shards). A generator starts a step's shard only with weights
@@ -31,7 +31,7 @@ the loop's all-gathers, advantages and keep mask are those of the sync run. Ever
 rank draws the same prompts from its own sampler (the snapshots a checkpoint
 saves are the same on every rank) and joins each weight gather (collective when
 the trainer is sharded); only rank 0 sends the weights on. DAPO refills are
-refused with several ranks (``config/derive.py``): rank 0 would draw the refill
+refused with several ranks (``config.check_ranks``): rank 0 would draw the refill
 prompts alone.
 """
 from __future__ import annotations
@@ -40,9 +40,8 @@ import time
 from dataclasses import replace
 
 import torch
-import torch.distributed as torch_dist
 
-from scalerl.asynchrony.base import Plan, within_lag
+from scalerl.asynchrony.base import within_lag
 from scalerl.generation.interface import Generation, SamplingParams, cat_generations
 from scalerl.generation.pool import GeneratorPool
 from scalerl.generation.worker import Shard, WorkerSpec
@@ -111,32 +110,33 @@ def _cpu_copy(x):
 
 
 class PipelineSchedule:
-    def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, device: torch.device, gen_threads: int,
-                 rank: int = 0, mine: slice | None = None):
-        self.plan, self.r, self.cfg, self.gen_kw, self.device = plan, r, cfg, gen_kw, device
-        self.generator_devices = plan.generators
-        self.main = rank == 0
-        self.per_rank = cfg.batch.prompts if mine is None else mine.stop - mine.start
-        self.world = torch_dist.get_world_size() if torch_dist.is_initialized() else 1
-        self.dist = Dist(rank=rank, world=self.world, device=device)  # the default group, for scatter_batch
-        self.pool_dtype = str(r.heads.gen_body_dtype or r.body_dtype).removeprefix("torch.")  # what the generators run in
+    def __init__(self, plan, r, *, gen_threads: int):
+        """``plan``: the ``RunPlan``; ``r``: the live ``Run``; ``gen_threads``: each generator's CPU threads."""
+        self.plan, self.r, self.cfg, self.mode = plan, r, plan.cfg, plan.interleaving
+        mode, cfg, device = self.mode, plan.cfg, plan.dist.device
+        self.device, self.tok = device, plan.sampling.tok
+        self.generator_devices = mode.generators
+        self.dist = plan.dist  # the loop's: scatter_batch hands the shares out over its default group
+        self.main, self.world = plan.dist.main, plan.dist.world
+        self.per_rank = plan.derived.prompts_per_rank
+        self.pool_dtype = str(plan.heads.gen_body_dtype or plan.body_dtype).removeprefix("torch.")  # the generators'
         spec = WorkerSpec(
-            rank=0, n_generators=plan.generators, checkpoint=str(r.checkpoint), device="cpu",
+            rank=0, n_generators=mode.generators, checkpoint=str(r.checkpoint), device="cpu",
             dtype=self.pool_dtype,
-            compute_dtype=str(r.compute_dtype).removeprefix("torch."), heads=r.recipe.heads,
-            attn_implementation=r.attn, threads=gen_threads,
-            timeout_s=plan.timeout_s, in_flight=plan.in_flight, schema=(),
+            compute_dtype=str(plan.compute_dtype).removeprefix("torch."), heads=plan.recipe.heads,
+            attn_implementation=plan.attn, threads=gen_threads,
+            timeout_s=mode.timeout_s, in_flight=mode.in_flight, schema=(),
             generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
         # Rank 0 alone talks to the generators; the push schema needs shapes only (no gather).
-        self.pool = GeneratorPool(spec, plan.generators, r.model.state_dict(),
-                                  devices=[generator_device(device, j) for j in range(plan.generators)],
+        self.pool = GeneratorPool(spec, mode.generators, r.model.state_dict(),
+                                  devices=[generator_device(device, j) for j in range(mode.generators)],
                                   external=async_node(cfg).external_generators) if self.main else None
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
         self.jobs: dict[int, int] = {}  # step -> the job of its batch
         self.next_job = 1
         self.snapshots: dict[int, dict] = {}  # sampler state right after drawing each dispatched step
         self.dispatched = 0
-        self.clocks = [(0.0, 0.0)] * plan.generators  # per generator: (idle + push s, elapsed s) at its last shard
+        self.clocks = [(0.0, 0.0)] * mode.generators  # per generator: (idle + push s, elapsed s) at its last shard
         self.last: dict = {}
         self.wait_s = self.push_s = 0.0
 
@@ -168,7 +168,7 @@ class PipelineSchedule:
     def _dispatch(self, version: int) -> None:
         """Order every step the lag bound lets the generators start from ``version`` on."""
         r, cfg = self.r, self.cfg
-        for s in range(self.dispatched + 1, self.plan.ordered_through(version, cfg.train.steps) + 1):
+        for s in range(self.dispatched + 1, self.mode.ordered_through(version, cfg.train.steps) + 1):
             index = r.sampler.next(cfg.batch.prompts)
             self.snapshots[s] = r.sampler.state_dict()  # every rank draws: the same sampler everywhere
             if self.main:
@@ -178,20 +178,21 @@ class PipelineSchedule:
     def _order(self, step: int, index: list[int], round_: int) -> int:
         """Order ``index``'s groups for ``step`` (refill round ``round_``), split across the generators."""
         cfg, G, P = self.cfg, self.cfg.batch.generations, len(index)
-        plan = self.r.recipe.plan_lengths(P * G, plan_rng(cfg.seed, step, round_))
+        lengths = self.plan.recipe.plan_lengths(P * G, plan_rng(cfg.seed, step, round_))
+        sampling = self.plan.sampling
         req = make_request([self.r.task.train[i] for i in index], index, G, seeds=prompt_seeds(cfg.seed, step, round_, P),
-                           plan=plan, tok=self.gen_kw["tok"], max_new_tokens=cfg.length.max_new_tokens,
-                           temperature=cfg.train.temperature)
+                           plan=lengths, tok=sampling.tok, max_new_tokens=sampling.max_new_tokens,
+                           temperature=sampling.temperature)
         job, self.next_job = self.next_job, self.next_job + 1
         self.requests[job] = req
-        self.pool.order(job, step, self.plan.min_version(step), self._shards(req.prompts, req.params))
+        self.pool.order(job, step, self.mode.min_version(step), self._shards(req.prompts, req.params))
         return job
 
     def _shards(self, prompts, params: SamplingParams) -> list[Shard]:
         """Contiguous prompt shards, one per generator, each with its rows' settings and seeds."""
         shards, at, G = [], params.interrupt_at, params.n
         seeds = params.seeds if params.seeds is not None else torch.arange(len(prompts), dtype=torch.long)
-        for part in split(len(prompts), self.plan.generators):
+        for part in split(len(prompts), self.mode.generators):
             rows = slice(part.start * G, part.stop * G)
             shards.append(Shard(prompts[part], replace(params, interrupt_at=None if at is None else at[rows],
                                                        seeds=seeds[part])))
@@ -211,12 +212,12 @@ class PipelineSchedule:
         job, self.next_job = self.next_job, self.next_job + 1
         self.pool.order(job, version, version, self._shards(list(prompts), params))
         parts = self.pool.collect(job, version)
-        return cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id).to(self.device)
+        return cat_generations([g for g, _ in parts], self.tok.pad_token_id).to(self.device)
 
     def _receive(self, job: int, step: int) -> tuple[Rollout, list[tuple[Generation, dict]]]:
         parts = self.pool.collect(job, step)
-        gen = cat_generations([g for g, _ in parts], self.gen_kw["tok"].pad_token_id).to(self.device)
-        ro = score(self.requests.pop(job), gen, self.cfg.batch.generations, tok=self.gen_kw["tok"], task=self.r.task,
+        gen = cat_generations([g for g, _ in parts], self.tok.pad_token_id).to(self.device)
+        ro = score(self.requests.pop(job), gen, self.cfg.batch.generations, tok=self.tok, task=self.r.task,
                    device=self.device)
         return ro, parts
 
@@ -247,8 +248,8 @@ class PipelineSchedule:
                 self.snapshots[step] = r.sampler.state_dict()
             return fresh
 
-        ro = refill(ro, r.recipe.refill_rounds, r.recipe.keep, draw)  # one rank only (derive.py)
-        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.plan.max_lag).cpu()
+        ro = refill(ro, self.plan.recipe.refill_rounds, self.plan.recipe.keep, draw)  # one rank only (check_ranks)
+        fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.mode.max_lag).cpu()
         idle = []
         for j, h in enumerate(clocks):
             idle_before, t_before = self.clocks[j]
@@ -261,7 +262,7 @@ class PipelineSchedule:
     def publish(self, step: int) -> None:
         self.r.generator.version = step
         self._dispatch(step)  # orders before the push: a generator that has the push has the orders
-        self.push_s = self._push(step) if self.plan.pushes_after(step) else 0.0
+        self.push_s = self._push(step) if self.mode.pushes_after(step) else 0.0
 
     def stats(self, wall: float) -> dict:
         return {**self.last, "trainer_idle_frac": min(self.wait_s / wall, 1.0) if wall > 0 else 0.0,

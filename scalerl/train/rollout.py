@@ -16,7 +16,7 @@ import torch
 
 from scalerl.generation import Generation, SamplingParams
 from scalerl.generation.noise import mix_seed
-from scalerl.generation.torch_sampler import left_pad
+from scalerl.generation.torch_engine import left_pad
 
 
 @dataclass

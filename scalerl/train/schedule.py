@@ -1,4 +1,4 @@
-"""Carrying out the run's async plan: which weights generate which step's batch.
+"""Carrying out the run's interleaving: which weights generate which step's batch.
 
 The loop asks its schedule for each step's batch (``rollout``), trains on it,
 then hands the new weights over (``publish``). Two schedules carry out every
@@ -24,9 +24,9 @@ from typing import Optional, Protocol
 
 import torch
 
-from scalerl.asynchrony.base import Plan, version_stats, within_lag
+from scalerl.asynchrony.base import version_stats, within_lag
 from scalerl.generation import Generator
-from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.train.rollout import Rollout, rollout, rollout_from_state, rollout_state
 from scalerl.train.weights import trainer_state_dict
 
@@ -86,11 +86,12 @@ class LocalSchedule:
     pids: list[int] = []
     eval_on_main = False  # every rank samples its share in-process
 
-    def __init__(self, plan: Plan, r, cfg, *, gen_kw: dict, rank: int, mine: slice,
-                 own_generator: Optional[TorchGenerator] = None):
-        self.plan, self.r, self.cfg, self.rank, self.mine = plan, r, cfg, rank, mine
+    def __init__(self, plan, r, *, own_generator: Optional[TorchGenerator] = None):
+        """``plan``: the ``RunPlan``; ``r``: the live ``Run``; ``own_generator``: the generator's own
+        copy of the weights (a body dtype of its own, ``setup.own_generator``), else None."""
+        self.plan, self.r, self.cfg, self.mode = plan, r, plan.cfg, plan.interleaving
         self.own = own_generator
-        self.gen_kw = gen_kw if own_generator is None else {**gen_kw, "generator": own_generator}
+        self.gen_kw = plan.sampling.kw(r.generator if own_generator is None else own_generator)
         self.pending: dict[int, tuple[Rollout, list[int], int]] = {}  # step -> (rollout, prompts, sampler.drawn)
         self.drawn_at: dict[int, int] = {}
         self.gen_s = self.push_s = 0.0
@@ -110,24 +111,25 @@ class LocalSchedule:
         t0 = time.perf_counter()
         depth = len(self.pending)  # batches ready when this step's is asked for
         if step not in self.pending:  # a new phase: the current version generates every batch the lag bound allows
-            for b in range(step, min(cfg.train.steps, step + self.plan.max_lag) + 1):
+            for b in range(step, min(cfg.train.steps, step + self.mode.max_lag) + 1):
                 prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
-                ro = rollout(prompts, self.mine, r.task, group=cfg.batch.generations, seed=cfg.seed, step=b,
-                             plan_lengths=r.recipe.plan_lengths, keep_fn=r.recipe.keep,
-                             refill_rounds=r.recipe.refill_rounds, sampler=r.sampler, **self.gen_kw)
+                recipe = self.plan.recipe
+                ro = rollout(prompts, self.plan.mine, r.task, group=cfg.batch.generations, seed=cfg.seed, step=b,
+                             plan_lengths=recipe.plan_lengths, keep_fn=recipe.keep,
+                             refill_rounds=recipe.refill_rounds, sampler=r.sampler, **self.gen_kw)
                 self.pending[b] = (ro, prompts, r.sampler.drawn)
         ro, prompts, drawn = self.pending.pop(step)
         self.drawn_at = {step: drawn}
         self.gen_s = time.perf_counter() - t0
         fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, ro.correct.shape[1],
-                           max_lag=self.plan.max_lag).cpu()
+                           max_lag=self.mode.max_lag).cpu()
         self.last = {**batch_stats(ro, fresh, step - 1), "queue_depth": depth}
         return Batch(ro, prompts, fresh)
 
     def publish(self, step: int) -> None:
         self.r.generator.version = step  # the trainer's own module: always the trainer's version
         t = time.perf_counter()
-        if self.own is not None and self.plan.pushes_after(step):
+        if self.own is not None and self.mode.pushes_after(step):
             self.own.load_weights(trainer_state_dict(self.r.model).items(), step)
         self.push_s = time.perf_counter() - t
 
@@ -148,7 +150,7 @@ class LocalSchedule:
                             for step, (ro, prompts, drawn) in self.pending.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        device = self.gen_kw["device"]  # checkpoints load onto the CPU; the run may be on a GPU
+        device = self.plan.sampling.device  # checkpoints load onto the CPU; the run may be on a GPU
         self.pending = {step: (rollout_from_state(p["rollout"], device), p["prompts"], p["drawn"])
                         for step, p in state.get("pending", {}).items()}
 

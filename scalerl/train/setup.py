@@ -16,20 +16,19 @@ from scalerl.core.errors import ConfigError
 from scalerl.core.hashing import stable_hash
 from scalerl.generation import GENERATORS, Generator
 from scalerl.generation.base import EngineContext
-from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
-from scalerl.models.load import CheckpointUnits, build_empty, compute_dtype, load_checkpoint, load_tokenizer
+from scalerl.models.load import CheckpointUnits, build_empty, load_checkpoint, load_tokenizer
 from scalerl.models.policy import CompletionLogits, Policy, checkpoint_layers
-from scalerl.precision.base import Heads
-from scalerl.registry import Recipe, build_recipe
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
 from scalerl.train.heldout import split_record
 from scalerl.train.pipeline import PipelineSchedule
 from scalerl.train.prompt_stream import PromptSampler
+from scalerl.train.run_plan import RunPlan
 from scalerl.train.schedule import LocalSchedule, Schedule
 from scalerl.train.sharding import push_weights, shard_trainer
 from scalerl.train.warmstart import cached_warm_start
@@ -54,11 +53,11 @@ def resolve_threads(n: int) -> int:
 
 @dataclass
 class Run:
+    """The live objects of a run; what its config decides is its ``RunPlan`` (``run_plan.py``)."""
+
     task: TaskData
-    recipe: Recipe
-    tok: object
     model: torch.nn.Module
-    """The trainer's HF model (fp32 master weights; FSDP2-sharded when ``sharded``)."""
+    """The trainer's HF model (fp32 master weights; FSDP2-sharded when the plan is ``sharded``)."""
     trainer: CompletionLogits
     """The trainer's forward (the FSDP2 root when sharded) around ``model``."""
     policy: Policy
@@ -74,21 +73,15 @@ class Run:
     n_params: int
     params: list
     sharded: bool
+    """``model`` is FSDP2-sharded (its parameters are shards): the plan's ``sharded``."""
     checkpoint: Path
     """The checkpoint the run started from (generators with their own weights load it too)."""
-    heads: Heads
-    compute_dtype: torch.dtype
-    body_dtype: torch.dtype
-    """The trainer's body dtype (the generator's may differ: ``heads.gen_body_dtype``)."""
-
     shares_policy: bool = True
     """The generator samples from ``policy`` itself (the torch engine), not from weights of its own."""
     engine_in_generators: bool = False
     """The run's engine lives in the generator processes only (``async=pipeline_rl`` with an engine
     that loads its own weights, e.g. vLLM): they sample evaluations too; ``generator`` only keeps
     the trainer's version."""
-    attn: Optional[str] = None
-    """The attention implementation every copy of the model loads with (``attn_implementation``)."""
     policy_is_copy: bool = False
     """``policy`` holds its own copy of the weights (sharded, sampled in-process), refreshed by a push."""
 
@@ -134,41 +127,20 @@ def build_logger(cfg) -> Logger:
     return LOGGERS[cfg.logger.name].fn(cfg.logger)
 
 
-def body_dtype(cfg, device: torch.device) -> torch.dtype:
-    """The dtype the model body computes in: the precision axis's, else ``model.dtype`` (auto: bf16 on GPU)."""
-    dtype = compute_dtype(cfg.model.dtype, device)
-    return build_recipe(cfg).heads(dtype).body_dtype or dtype
-
-
-def attn_implementation(cfg, body: torch.dtype) -> Optional[str]:
-    """``model.attn_implementation`` with ``auto`` resolved for the trainer's body dtype ``body``
-    (``body_dtype``): eager in fp32, else transformers' default. Eager is faster for the tiny model
-    (``conf/model/tiny.yaml``) but not safe in bf16 under FSDP2: its fp32 mask of -3.4e38 becomes
-    -inf when the layer inputs are cast, a padding row's softmax is then NaN, and 0 x NaN reaches
-    the real tokens."""
-    attn = cfg.model.attn_implementation
-    if attn != "auto":
-        return attn
-    return "eager" if body == torch.float32 else None
-
-
-def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
-    recipe = build_recipe(cfg)
-    device, sharded = dist.device, dist.mesh is not None
-    body = body_dtype(cfg, device)
-    heads = recipe.heads(compute_dtype(cfg.model.dtype, device))
-    attn = attn_implementation(cfg, body)
+def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
+    cfg, recipe, heads, dist = plan.cfg, plan.recipe, plan.heads, plan.dist
+    device, sharded, body, attn = dist.device, plan.sharded, plan.body_dtype, plan.attn
     option = GENERATORS[cfg.generation.name]
     # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
     # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
     # The trainer keeps the torch sampler over its own model, which then only tracks the version.
-    remote = recipe.plan.generators > 0 and not option.schema.samples_policy
+    remote = plan.interleaving.generators > 0 and not option.schema.samples_policy
     if sharded:
         # fp32 master weights built on the meta device; each FSDP2 unit is read from the checkpoint
         # just before it is sharded (``CheckpointUnits``): no rank ever holds a full copy.
-        model, tok = build_empty(ckpt, dtype=torch.float32, attn_implementation=attn), load_tokenizer(ckpt)
+        model = build_empty(ckpt, dtype=torch.float32, attn_implementation=attn)
     else:
-        model, tok = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
+        model, _ = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
     model.train()  # no dropout in the tiny model; real checkpoints set their own
     n_params = flop_params(model)
     if cfg.model.activation_checkpointing:  # before fully_shard: the composable checkpoint composes with it
@@ -208,30 +180,30 @@ def build_run(cfg, task: TaskData, ckpt: Path, dist) -> Run:
     ctx = EngineContext(policy=policy, checkpoint=Path(ckpt), device=device, body_dtype=body,
                         head_dtype=heads.gen_dtype, seed=cfg.seed)
     generator = TorchGenerator(policy, device) if remote else option.fn(ctx, cfg=cfg.generation)
-    return Run(task, recipe, tok, model, trainer, policy, generator, optimizer, scheduler, sampler, n_params, params,
-               sharded, Path(ckpt), heads, compute_dtype(cfg.model.dtype, device), body,
-               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote, attn=attn,
+    return Run(task=task, model=model, trainer=trainer, policy=policy, generator=generator, optimizer=optimizer,
+               scheduler=scheduler, sampler=sampler, n_params=n_params, params=params, sharded=sharded,
+               checkpoint=Path(ckpt),
+               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote,
                policy_is_copy=copy)
 
 
-def own_generator(r: Run, device: torch.device) -> Optional[TorchGenerator]:
+def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
     """An in-process generator with its own copy of the weights when the precision axis gives the
     generator a body dtype other than the trainer's; None: it shares the trainer's module."""
-    gen_dtype = r.heads.gen_body_dtype
-    if gen_dtype is None or gen_dtype == r.body_dtype:
+    gen_dtype = plan.heads.gen_body_dtype
+    if gen_dtype is None or gen_dtype == plan.body_dtype:
         return None
-    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=device, attn_implementation=r.attn)
+    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn)
     model.eval()
-    return TorchGenerator(Policy(model, gen_head=r.heads.gen, train_head=r.heads.gen), device)
+    return TorchGenerator(Policy(model, gen_head=plan.heads.gen, train_head=plan.heads.gen), plan.dist.device)
 
 
-def build_schedule(cfg, r: Run, *, gen_kw: dict, device: torch.device, threads: int, rank: int,
-                   mine: slice) -> Schedule:
-    """The schedule for ``r.recipe.plan``. With generator processes, the run's ``threads`` are shared:
-    each generator takes ``async.generator_threads`` (0: an equal share), the trainer the rest."""
-    plan = r.recipe.plan
-    if plan.generators == 0:
-        return LocalSchedule(plan, r, cfg, gen_kw=gen_kw, rank=rank, mine=mine, own_generator=own_generator(r, device))
-    gen_threads = plan.generator_threads or max(1, threads // (1 + plan.generators))
-    torch.set_num_threads(max(1, threads - plan.generators * gen_threads))
-    return PipelineSchedule(plan, r, cfg, gen_kw=gen_kw, device=device, gen_threads=gen_threads, rank=rank, mine=mine)
+def build_schedule(plan: RunPlan, r: Run) -> Schedule:
+    """The schedule for the plan's ``async`` mode. With generator processes, the run's threads are
+    shared: each generator takes ``async.generator_threads`` (0: an equal share), the trainer the rest."""
+    mode = plan.interleaving
+    if mode.generators == 0:
+        return LocalSchedule(plan, r, own_generator=own_generator(plan, r))
+    gen_threads = mode.generator_threads or max(1, plan.threads // (1 + mode.generators))
+    torch.set_num_threads(max(1, plan.threads - mode.generators * gen_threads))
+    return PipelineSchedule(plan, r, gen_threads=gen_threads)

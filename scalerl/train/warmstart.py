@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-from scalerl.generation.torch_sampler import TorchGenerator
+from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.length.base import LengthPlan
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, token_logprobs
