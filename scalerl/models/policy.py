@@ -14,6 +14,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 
+from scalerl.models.head_stats import NOT_LINEAR, LinearHeadStats, linear_head_dtype
 from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
 from scalerl.precision.base import HeadFn
 
@@ -55,6 +56,10 @@ def chunked_token_stats(hidden: torch.Tensor, weight: torch.Tensor, head: HeadFn
     outputs are kept, and the backward recomputes the chunk's logits. The peak is one chunk's
     logits and their softmax, not (N, T, V).
 
+    The precision axis's linear heads (``linear_head``) take ``LinearHeadStats`` instead: the same
+    arithmetic, with a backward that sums the weight gradient in one buffer in place (why:
+    ``head_stats.py``). Any other head function takes the checkpointed path below.
+
     Why not a fused kernel (Liger-Kernel's fused linear cross-entropy, cut-cross-entropy) on GPU:
     both fold the backward into a loss they reduce themselves, while the RL losses here take
     per-token log-probs through nonlinear, ratio-dependent weights (CISPO, PPO clips, GSPO's
@@ -65,6 +70,10 @@ def chunked_token_stats(hidden: torch.Tensor, weight: torch.Tensor, head: HeadFn
     """
     n, t = targets.shape
     flat_h, flat_y = hidden.reshape(n * t, hidden.shape[-1]), targets.reshape(n * t)
+    head_dtype = linear_head_dtype(head)
+    if head_dtype is not NOT_LINEAR:  # the axis's linear heads: one autograd function (head_stats.py)
+        logp, ent = LinearHeadStats.apply(flat_h, weight, flat_y, head_dtype, temperature, chunk)
+        return logp.view(n, t), ent.view(n, t)
     logps, ents = [], []
     for start in range(0, n * t, chunk):
         h, y = flat_h[start : start + chunk], flat_y[start : start + chunk]
