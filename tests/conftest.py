@@ -11,6 +11,8 @@ test is marked ``unit`` here, so ``python -m pytest -m unit`` is the fast lane.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,35 @@ def _session_env(tmp_path_factory):
     os.environ["WANDB_SILENT"] = "true"
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     yield
+
+
+# The default's reasoning-shaped warm start costs about 3.5 of CI's 25 minutes, and the first
+# integration test that needs it used to wait for all of it. Built in the background from the
+# session's start, it overlaps the unit and cluster tests before it; a test that needs it early
+# waits on the warm start's file lock (train/warmstart.py) instead of building it a second time.
+# One thread, as the tests' runs use: the same checkpoint whoever builds it.
+_PREBUILD = """
+import torch
+torch.set_num_threads(1)
+from scalerl.config import compose, validate
+from scalerl.train.setup import prepare_checkpoint
+prepare_checkpoint(validate(compose(["logger=none", "train.threads=1"])), log=lambda *a, **k: None)
+"""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _default_warm_start(request, _session_env, tmp_path_factory):
+    if not any(item.get_closest_marker(m) for item in request.session.items for m in ("slow", "slurm")):
+        yield  # the fast lane trains nothing that needs it
+        return
+    log = tmp_path_factory.mktemp("prebuild") / "warm_start.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", _PREBUILD], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=_TESTS.parent, env={**os.environ, "SCALERL_NUM_THREADS": "1"})
+    yield
+    if proc.poll() is None:  # the session ended first (-x, a subset): nothing waits for it any more
+        proc.kill()
+    proc.wait()
 
 
 @pytest.fixture

@@ -17,24 +17,18 @@ rounding; ``tests/test_chunked_logprobs.py`` bounds it).
 """
 from __future__ import annotations
 
-import inspect
-
 import torch
 
-from scalerl.precision.base import linear_head
 
-_LINEAR_HEAD_CODE = linear_head(None).__code__
 NOT_LINEAR = object()
 
 
 def linear_head_dtype(head):
     """The matmul dtype of a head function made by the precision axis's ``linear_head`` (None:
-    the weight's dtype), or ``NOT_LINEAR`` for any other head function, whose arithmetic this
-    module cannot redo (``chunked_token_stats`` then checkpoints it per chunk). Read from the
-    closure, so ``linear_head`` itself needs no change."""
-    if getattr(head, "__code__", None) is not _LINEAR_HEAD_CODE:
-        return NOT_LINEAR
-    return inspect.getclosurevars(head).nonlocals["dtype"]
+    the weight's dtype; it says so in ``linear_dtype``), or ``NOT_LINEAR`` for any other head
+    function, whose arithmetic this module cannot redo (``chunked_token_stats`` then checkpoints
+    it per chunk)."""
+    return getattr(head, "linear_dtype", NOT_LINEAR)
 
 
 def _chunk_logp(h: torch.Tensor, w: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -69,4 +69,7 @@ def linear_head(dtype: Optional[dtype]) -> HeadFn:
             return torch.nn.functional.linear(hidden, weight)
         return torch.nn.functional.linear(hidden.to(dtype), weight.to(dtype))
 
+    # What the trainer's chunked head needs to redo this arithmetic in its own autograd function
+    # (models/head_stats.py); a head function without it is checkpointed per chunk instead.
+    head.linear_dtype = dtype
     return head
