@@ -71,7 +71,7 @@ else:
     shard_trainer(CompletionLogits(model, linear_head(torch.float32)), init_device_mesh("cpu", (world,)),
                   compute_dtype=torch.float32, head_dtype=torch.float32, materialize=units.materialize)
 B, G = a["bucket"], a["generators"]
-# What a push may add on this rank (train/sharding.py, generation/weights.py): sharded, two gather
+# What a push may add on this rank (train/sharding.py, generation/buckets.py): sharded, two gather
 # buffers of a bucket and the shard being sent (at most a bucket), plus a tensor too large for
 # them (the tied embedding) with its shard; unsharded, nothing (the pool casts into its buckets).
 gather = 0

@@ -26,7 +26,7 @@ from scalerl.core.jsonio import JsonlFile
 from scalerl.generation import SamplingParams
 from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.generation.transport import TransportError
-from scalerl.generation.weights import in_order, layout, pack, unpack, weight_schema
+from scalerl.generation.buckets import in_order, layout, pack, unpack, weight_schema
 from scalerl.launch.local_pool import arm_threads
 from scalerl.launch.studies import load_study
 from scalerl.models.load import load_checkpoint

@@ -1,4 +1,4 @@
-"""The streamed weight push (generation/weights.py, GeneratorPool.push, train.weights.trainer_tensors):
+"""The streamed weight push (generation/buckets.py, GeneratorPool.push, train.weights.trainer_tensors):
 the byte layout by hand, round trips through buckets smaller than a tensor, then real generator
 processes that send their weights back (tests/push_worker.py): from one trainer rank to two fp32
 generators, and from two FSDP2-sharded gloo ranks to a bf16 generator."""
@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import REPO
 
-from scalerl.generation.weights import in_order, layout, pack, unpack, weight_schema
+from scalerl.generation.buckets import in_order, layout, pack, unpack, weight_schema
 
 WORKER = (str(Path(__file__).with_name("push_worker.py")),)
 

@@ -28,7 +28,7 @@ from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation, SamplingParams
 from scalerl.generation.transport import Hub, Spoke, TransportError, decode, encode
 from scalerl.generation.trust import Signed
-from scalerl.generation.weights import TensorSpec
+from scalerl.generation.buckets import TensorSpec
 from scalerl.generation.worker import Shard, WorkerSpec, wire_types
 from scalerl.precision import PRECISIONS
 

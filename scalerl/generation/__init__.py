@@ -18,7 +18,7 @@ holds the schema and must not import torch, transformers or vLLM at module level
 
 The generator *process* of ``async=pipeline_rl`` lives here too: ``worker`` (its
 main loop), ``pool`` (starting and stopping generators, from the trainer's side),
-``transport`` (torch.distributed TCPStore + gloo, with timeouts) and ``weights``
+``transport`` (torch.distributed TCPStore + gloo, with timeouts) and ``buckets``
 (the push schema and flat buckets). This package must not know about losses,
 tasks or the training loop.
 """

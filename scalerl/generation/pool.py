@@ -28,7 +28,7 @@ from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
 from scalerl.generation.transport import PROBE_TAG, Hub
 from scalerl.generation.trust import SECRET_ENV, run_host
-from scalerl.generation.weights import BUCKET_BYTES, in_order, layout, pack, weight_schema
+from scalerl.generation.buckets import BUCKET_BYTES, in_order, layout, pack, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
 
 
@@ -87,7 +87,7 @@ class GeneratorPool:
         ``state``: the trainer's weights (their names and shapes fix the push schema; only shapes
         are read, so a sharded ``model.state_dict()`` needs no gather);
         ``devices``: generator j's device (default: the spec's); ``bucket_bytes``: the size of one
-        broadcast of a push (``weights.py``; a push holds two); ``external``: how many generators,
+        broadcast of a push (``buckets.py``; a push holds two); ``external``: how many generators,
         the last ones, an operator starts (``async.external_generators``); ``host``: the store's
         address when ``MASTER_ADDR`` is unset (``trust.run_host``); ``secret_dir``: where the
         secret file for an operator goes (default ``~/.scalerl/secrets``)."""

@@ -54,7 +54,7 @@ from scalerl.generation.base import EngineContext
 from scalerl.generation.interface import SamplingParams
 from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
 from scalerl.generation.trust import secret_from_env
-from scalerl.generation.weights import TensorSpec, layout, unpack
+from scalerl.generation.buckets import TensorSpec, layout, unpack
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, positions_from_mask
 from scalerl.precision import PRECISIONS
@@ -134,7 +134,7 @@ class GeneratorServer:
             elif kind == "push":
                 t = time.monotonic()
                 # Bucket by bucket into the engine: one bucket (and the next arriving) in memory,
-                # no full-model receive buffer (weights.py). Whatever the engine leaves unread is
+                # no full-model receive buffer (buckets.py). Whatever the engine leaves unread is
                 # still received: every generator must take every bucket of the broadcast.
                 named = unpack(layout(self.spec.schema, payload["bucket_bytes"]), lambda b: self.spoke.recv_broadcast([b]))
                 self.generator.load_weights(named, payload["version"])

@@ -14,7 +14,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from scalerl.generation.pool import GeneratorPool
-from scalerl.generation.weights import BUCKET_BYTES
+from scalerl.generation.buckets import BUCKET_BYTES
 from scalerl.train.sharding import full_state_dict, iter_full_tensors
 
 
