@@ -55,7 +55,7 @@ from scalerl.generation.interface import SamplingParams
 from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
 from scalerl.generation.trust import secret_from_env
 from scalerl.generation.buckets import TensorSpec, layout, unpack
-from scalerl.models.load import load_checkpoint
+from scalerl.models.load import load_model
 from scalerl.models.policy import Policy, positions_from_mask
 from scalerl.precision import PRECISIONS
 
@@ -242,7 +242,7 @@ def build_engine(spec: WorkerSpec):
     heads = spec.heads(getattr(torch, spec.compute_dtype))
     policy = None
     if option.schema.samples_policy:  # an in-process sampler: its own copy of the checkpoint
-        model, _ = load_checkpoint(spec.checkpoint, dtype=body, device=device,
+        model = load_model(spec.checkpoint, dtype=body, device=device,
                                    attn_implementation=spec.attn_implementation)
         model.eval()
         missing = {s.name for s in spec.schema} - set(model.state_dict())

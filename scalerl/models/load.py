@@ -29,6 +29,13 @@ def load_checkpoint(
     path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load model + tokenizer from a local directory; never touches the network."""
+    return load_model(path, dtype=dtype, device=device, attn_implementation=attn_implementation), load_tokenizer(path)
+
+
+def load_model(
+    path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None
+) -> PreTrainedModel:
+    """The model alone (the run's tokenizer is the run plan's, ``train/run_plan.py``)."""
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(
@@ -42,7 +49,7 @@ def load_checkpoint(
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if model.dtype != dtype:  # transformers < 4.56 names the argument torch_dtype and ignores dtype
         model = model.to(dtype)
-    return model.to(device), load_tokenizer(path)
+    return model.to(device)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:

@@ -20,7 +20,7 @@ from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
-from scalerl.models.load import CheckpointUnits, build_empty, load_checkpoint, load_tokenizer
+from scalerl.models.load import CheckpointUnits, build_empty, load_model, load_tokenizer
 from scalerl.models.policy import CompletionLogits, Policy, checkpoint_layers
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
@@ -140,7 +140,7 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
         # just before it is sharded (``CheckpointUnits``): no rank ever holds a full copy.
         model = build_empty(ckpt, dtype=torch.float32, attn_implementation=attn)
     else:
-        model, _ = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
+        model = load_model(ckpt, dtype=body, device=device, attn_implementation=attn)
     model.train()  # no dropout in the tiny model; real checkpoints set their own
     n_params = flop_params(model)
     if cfg.model.activation_checkpointing:  # before fully_shard: the composable checkpoint composes with it
@@ -156,7 +156,7 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
         # its own (vLLM) or one in generator processes; they get weights pushed from ``model``.
         copy = option.schema.samples_policy and not remote
         if copy:
-            gen_model, _ = load_checkpoint(ckpt, dtype=body, device=device, attn_implementation=attn)
+            gen_model = load_model(ckpt, dtype=body, device=device, attn_implementation=attn)
         else:
             gen_model = build_empty(ckpt, dtype=body, attn_implementation=attn)  # the config, for export
         gen_model.eval()
@@ -193,7 +193,7 @@ def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
     gen_dtype = plan.heads.gen_body_dtype
     if gen_dtype is None or gen_dtype == plan.body_dtype:
         return None
-    model, _ = load_checkpoint(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn)
+    model = load_model(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn)
     model.eval()
     return TorchGenerator(Policy(model, gen_head=plan.heads.gen, train_head=plan.heads.gen), plan.dist.device)
 
