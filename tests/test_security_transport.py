@@ -85,24 +85,34 @@ def test_the_wire_format_round_trips_and_builds_only_what_it_is_allowed():
 def test_planted_messages_and_clients_without_the_secret_are_refused(tmp_path):
     marker = tmp_path / "ran"
     hub = Hub(1, timeout_s=10)
+
+    def landed(client, key):
+        """A TCPStore client's set is not acknowledged, so another connection may not see it yet:
+        a get on the same connection is served after the set, so the key is in the store then."""
+        client.get(key)
+
     try:
         host, port = hub.address.rsplit(":", 1)
         assert listening_addresses(int(port)) == {"0100007F"}  # 127.0.0.1 only, not every interface
         spoke = Spoke(hub.address, 0, 10, hub.secret)
         stranger = dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=10))
         stranger.set("ctl/0", pickle.dumps(("order", _Payload(marker))))  # what ran code in the generator
+        landed(stranger, "ctl/0")
         with pytest.raises(TransportError, match="refused 'ctl/0': not signed with this run's secret"):
             spoke.poll()
         Signed(stranger, secrets.token_bytes(32)).set("ctl/0", encode(["stop", None]))  # signed, wrong secret
+        landed(stranger, "ctl/0")
         with pytest.raises(TransportError, match="not signed with this run's secret"):
             spoke.poll()
         hub.send("stop")  # the trainer's own message replaces the planted one and is read
+        landed(hub.store, "ctl/0")
         assert spoke.poll() == ["stop", None]
         # the trainer's side: a planted readiness mark, rollout header or error report
         stranger.set("done/0/1", pickle.dumps({"nbytes": 4, "x": _Payload(marker)}))
         with pytest.raises(TransportError, match="refused 'done/0/1'"):
             hub.recv(0, "done/0/1", 1, "waiting for a rollout")
         stranger.set("blocked/0/3", b"")
+        landed(stranger, "blocked/0/3")
         with pytest.raises(TransportError, match="refused 'blocked/0/3'"):
             hub.has(["blocked/0/3"])
         # a generator without the secret cannot even read its spec
