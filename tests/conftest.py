@@ -52,8 +52,7 @@ def _session_env(tmp_path_factory):
 # integration test that needs it used to wait for all of it. Built in the background from the
 # session's start, it overlaps the unit and cluster tests before it; a test that needs it early
 # waits on the warm start's file lock (train/warmstart.py) instead of building it a second time.
-# The warm start sets its own thread count (model.warmstart.threads, part of its cache key), so
-# whoever builds it, this process or a test, builds the same checkpoint.
+# One thread, as the tests' runs use: the same checkpoint whoever builds it.
 _PREBUILD = """
 import torch
 torch.set_num_threads(1)
