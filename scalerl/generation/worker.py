@@ -243,7 +243,7 @@ def build_engine(spec: WorkerSpec):
     policy = None
     if option.schema.samples_policy:  # an in-process sampler: its own copy of the checkpoint
         model = load_model(spec.checkpoint, dtype=body, device=device,
-                                   attn_implementation=spec.attn_implementation)
+                           attn_implementation=spec.attn_implementation)
         model.eval()
         missing = {s.name for s in spec.schema} - set(model.state_dict())
         if missing:
