@@ -59,6 +59,9 @@ from scalerl.aggregation.prompt import prompt_mean
 from scalerl.train.update import policy_update
 a = json.loads(sys.argv[1])
 torch.set_num_threads(a["threads"])
+if a["new"]:  # what the trainer sets at start-up for model=hf (model.release_freed_memory, core/heap.py)
+    from scalerl.core.heap import return_large_frees
+    return_large_frees()
 if a.get("progress"):  # a long run leaves its resident memory so far, every 30 s
     import threading
     def watch():
@@ -150,8 +153,8 @@ dist.destroy_process_group()
 '''
 
 
-def child(code: str, args: dict, pythonpath: Path, *, torchrun: int = 0) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(pythonpath), "OMP_NUM_THREADS": str(args.get("threads", 1))}
+def child(code: str, args: dict, pythonpath: Path, *, torchrun: int = 0, env_extra: dict | None = None) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath), "OMP_NUM_THREADS": str(args.get("threads", 1)), **(env_extra or {})}
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(code)
     cmd = [sys.executable, f.name, json.dumps(args)]
@@ -172,7 +175,11 @@ def run_step(ns) -> None:
                 progress=ns.progress)
     rows = []
     if "old" in ns.sides:
-        old = [child(STEP, {**base, "tokens": t, "new": False}, Path(ns.old))[0] | {"tokens": t} for t in ns.old_tokens]
+        # --old-heap: the old side with the new side's allocator setting too (glibc's environment
+        # twin of core/heap.py), to tell what the chunked path saves from what the setting saves.
+        heap = {"MALLOC_MMAP_THRESHOLD_": "4194304"} if ns.old_heap else None
+        old = [child(STEP, {**base, "tokens": t, "new": False}, Path(ns.old), env_extra=heap)[0] | {"tokens": t}
+               for t in ns.old_tokens]
         for r in old:
             rows.append(("old", r["tokens"], "measured", r))
     if "new" in ns.sides:
@@ -188,7 +195,10 @@ def run_step(ns) -> None:
         print(f"{side:5} {t:6d} {how:10} {r['peak'] / GB:8.2f} {fixed / GB:13.2f} {act[(side, t)]:14.2f} "
               f"{r['step_peak'] / GB:14.2f} {r['wall_s']:7.1f}")
         print(f"      loss {r['loss']:.6f} entropy {r['entropy']:.4f}")
-    if "old" in ns.sides and len(ns.old_tokens) >= 2 and "new" in ns.sides:
+    if ("old", ns.tokens) in act and ("new", ns.tokens) in act:
+        print(f"activation memory ratio old/new at T={ns.tokens}, both measured: "
+              f"{act[('old', ns.tokens)] / act[('new', ns.tokens)]:.1f}x")
+    elif "old" in ns.sides and len(ns.old_tokens) >= 2 and "new" in ns.sides:
         (t1, t2) = ns.old_tokens[:2]
         slope = (act[("old", t2)] - act[("old", t1)]) / (t2 - t1)
         old_at = act[("old", t1)] + slope * (ns.tokens - t1)
@@ -262,6 +272,7 @@ def main() -> None:
     ap.add_argument("--head-chunk", type=int, default=0)
     ap.add_argument("--micro", type=int, default=0, help="train.micro_batch_tokens on the new side")
     ap.add_argument("--no-ckpt-layers", action="store_true")
+    ap.add_argument("--old-heap", action="store_true", help="step: the old side with a fixed 4 MiB mmap threshold too")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--ckpt", default="/tmp/qwen2-05b-shape")

@@ -336,3 +336,31 @@ def test_a_run_with_an_external_generator_waits_for_it_and_finishes(tmp_path):
     (steps,) = list((tmp_path / "out").rglob("steps.jsonl"))
     assert [r["step"] for r in read_rows(steps)] == [1, 2]
     assert not secret_file.exists()
+
+
+def test_after_a_failed_collective_the_silent_generator_is_named_not_the_one_it_starved():
+    """A generator cut off from the network stops beating and reports nothing; a live one that
+    waited on the trainer (itself stuck on the lost one) reports its own timeout. The hub names
+    the silent one, with the other's report after it."""
+    hub = Hub(2, timeout_s=2.0)
+    spokes = [Spoke(hub.address, j, 2.0, hub.secret) for j in range(2)]
+    try:
+        for s in spokes:
+            s.start_heartbeat()
+        deadline = time.monotonic() + 30
+        while hub.beat(0) is None or hub.beat(1) is None:
+            assert time.monotonic() < deadline, "no heartbeat arrived"
+            time.sleep(0.05)
+        spokes[1]._quiet.set()  # generator 1's node drops off: no more beats
+        spokes[1]._beating.join()
+        spokes[0].report_error("generator 0: waiting for an order: still waiting after 2 s (async.timeout_s)")
+        with pytest.raises(TransportError) as e:
+            hub.explain("waiting for step 3's rollout (job 3)", grace_s=2.0)
+        msg = str(e.value)
+        assert msg.startswith("waiting for step 3's rollout (job 3): generator 1 on 127.0.0.1 (pid "), msg
+        assert "stopped answering" in msg and msg.endswith(
+            "; generator 0 failed: generator 0: waiting for an order: still waiting after 2 s (async.timeout_s)"), msg
+    finally:
+        for s in spokes:
+            s.close()
+        hub.close()

@@ -34,6 +34,11 @@ class AsyncConfig:
     ``generators - external_generators`` on), which an operator starts on other nodes and which
     join with the trainer's address (docs/async.md, 'Generators on other nodes'). Start-up waits
     for them up to ``timeout_s``."""
+    generator_nodes: int = 0
+    """SLURM node roles: the last this many nodes of the arm's job (``hydra.launcher.nodes`` =
+    trainer nodes + this) run one generator each, the last ones of ``generators``, started by the
+    job itself; the other nodes run the trainer ranks (``hydra.launcher.tasks_per_node`` each).
+    docs/async.md, 'Node roles on SLURM'."""
 
     def __post_init__(self) -> None:
         check(self.generators >= 0, "async.generators", f"must be >= 0, got {self.generators}")
@@ -41,6 +46,11 @@ class AsyncConfig:
         check(self.timeout_s > 0, "async.timeout_s", f"must be > 0, got {self.timeout_s}")
         check(0 <= self.external_generators <= self.generators, "async.external_generators",
               f"must be between 0 and async.generators ({self.generators}), got {self.external_generators}")
+        check(self.generator_nodes >= 0, "async.generator_nodes", f"must be >= 0, got {self.generator_nodes}")
+        check(self.external_generators + self.generator_nodes <= self.generators, "async.generator_nodes",
+              f"one generator per generator node: async.generators ({self.generators}) must be at least "
+              f"async.external_generators + async.generator_nodes "
+              f"({self.external_generators} + {self.generator_nodes})")
 
 
 @dataclass(frozen=True)

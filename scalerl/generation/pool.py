@@ -24,6 +24,7 @@ from typing import Iterable, Mapping, Sequence
 
 import torch
 
+from scalerl.core.jsonio import write_json_atomic
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
 from scalerl.generation.transport import PROBE_TAG, Hub
@@ -58,6 +59,20 @@ def _death_signal():
     return arm
 
 
+def secret_folder(secret_dir: str | Path | None = None) -> Path:
+    return Path(secret_dir or Path.home() / ".scalerl" / "secrets")
+
+
+def job_rendezvous(secret_dir: str | Path | None = None, env: Mapping[str, str] = os.environ) -> Path | None:
+    """Where the trainer of a SLURM job tells the job's generator nodes how to join (its address
+    and the secret file's path): keyed by the job and its restart count, so a requeued job's
+    generators never read the address of the attempt before. None outside SLURM."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return secret_folder(secret_dir) / f"job-{job}.{env.get('SLURM_RESTART_COUNT', '0')}.json"
+
+
 def write_secret(hub: Hub, folder: Path) -> Path:
     """The run's secret in a file only this user can read (a 0700 folder, a 0600 file), for an
     operator starting generators elsewhere: a log line or argv would be world-readable. In the
@@ -82,7 +97,7 @@ class GeneratorPool:
 
     def __init__(self, spec: WorkerSpec, n: int, state: Mapping[str, torch.Tensor], devices: Sequence[str] = (),
                  bucket_bytes: int = BUCKET_BYTES, external: int = 0, host: str | None = None,
-                 secret_dir: str | Path | None = None):
+                 secret_dir: str | Path | None = None, rendezvous: Path | None = None):
         """``spec``: the settings every generator shares (rank and schema are filled in here);
         ``state``: the trainer's weights (their names and shapes fix the push schema; only shapes
         are read, so a sharded ``model.state_dict()`` needs no gather);
@@ -90,10 +105,12 @@ class GeneratorPool:
         broadcast of a push (``buckets.py``; a push holds two); ``external``: how many generators,
         the last ones, an operator starts (``async.external_generators``); ``host``: the store's
         address when ``MASTER_ADDR`` is unset (``trust.run_host``); ``secret_dir``: where the
-        secret file for an operator goes (default ``~/.scalerl/secrets``)."""
+        secret file for an operator goes (default ``~/.scalerl/secrets``); ``rendezvous``: a file
+        to write the address and the secret file's path to, for generators the job itself starts
+        on its generator nodes (``job_rendezvous``; ``launch/roles.py`` reads it)."""
         self.n, self.timeout_s = n, spec.timeout_s
         self.local = n - external  # generators 0 .. local-1 are this process's children
-        self.host, self.secret_dir, self.secret_file = host, secret_dir, None
+        self.host, self.secret_dir, self.secret_file, self.rendezvous = host, secret_dir, None, rendezvous
         self.devices = list(devices) or [spec.device] * n
         # Floating tensors travel in the generator's dtype (half the bytes for a bf16 generator).
         self.schema = tuple(weight_schema(state, dtype=spec.dtype))
@@ -115,7 +132,10 @@ class GeneratorPool:
         for j in range(self.n):
             self.hub.put_spec(j, replace(self.spec, rank=j, device=self.devices[j]))
         if self.local < self.n:
-            self.secret_file = write_secret(self.hub, Path(self.secret_dir or Path.home() / ".scalerl" / "secrets"))
+            self.secret_file = write_secret(self.hub, secret_folder(self.secret_dir))
+            if self.rendezvous is not None:
+                write_json_atomic(self.rendezvous, {"address": self.hub.address, "secret_file": str(self.secret_file),
+                                                    "generators": list(range(self.local, self.n))})
             print(f"[scalerl] waiting up to {self.timeout_s:g} s (async.timeout_s) for generators {self.local}.."
                   f"{self.n - 1}; start each with: {SECRET_ENV}=$(cat {self.secret_file}) python -m "
                   f"scalerl.generation.worker {self.hub.address} J", flush=True)
@@ -224,6 +244,8 @@ class GeneratorPool:
             self.hub.close()
         if self.secret_file is not None:
             self.secret_file.unlink(missing_ok=True)
+        if self.rendezvous is not None:
+            self.rendezvous.unlink(missing_ok=True)
         self.hub, self.procs, self.secret_file = None, [], None
 
     def _let_external_stop(self, deadline: float) -> None:

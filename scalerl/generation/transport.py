@@ -50,8 +50,11 @@ Waits poll ``store.check`` (about 30 µs) with a short back-off: a timed-out
 """
 from __future__ import annotations
 
+import math
 import os
 import secrets
+import signal
+import sys
 import threading
 import time
 from typing import Callable, Optional, Sequence
@@ -59,12 +62,12 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from scalerl.generation.heartbeats import BEAT_S, Heartbeats  # noqa: F401 (BEAT_S re-exported)
 from scalerl.generation.trust import LOOPBACK, Signed, gloo_group, handshake, listen_socket, local_address, seconds
 from scalerl.generation.wire import TransportError, decode, digest, encode, to_bytes_tensor  # noqa: F401 (re-exported)
 
 PROBE_TAG = 1 << 30
 """Gloo tags of probe replies start here; rollout tags are their step number."""
-BEAT_S = 1.0
 """Seconds between two heartbeats of a generator (``Spoke.start_heartbeat``)."""
 
 
@@ -90,7 +93,7 @@ def poll_until(ready: Callable[[], bool], *, timeout_s: float, stage: str, healt
     return time.monotonic() - t0
 
 
-class Hub:
+class Hub(Heartbeats):
     """The trainer's end: hosts the store, sends control messages and weights, receives rollouts."""
 
     def __init__(self, n_generators: int, timeout_s: float, host: str = LOOPBACK, rollout_types: Sequence[type] = ()):
@@ -161,67 +164,6 @@ class Hub:
             return poll_until(ready, timeout_s=self.timeout_s, stage=stage, health=self.health)
         except DeadlineError as e:  # say what each generator was last heard doing, and when
             raise DeadlineError(f"{e}; {self.heard()}") from None
-
-    def health(self, stage: str) -> None:
-        """Raise if a generator reported an error, its process is gone, or its heartbeat stopped."""
-        for j in range(self.n):
-            if self.store.check([f"error/{j}"]):
-                raise TransportError(f"{stage}: generator {j} failed: {self.signed.get(f'error/{j}').decode()}")
-            death = self.alive(j)
-            if death:
-                raise TransportError(f"{stage}: generator {j} {death}")
-            self._judge_beat(j, stage)
-
-    def beat(self, j: int) -> Optional[dict]:
-        """Generator j's latest heartbeat ({n, state, host, pid}), or None before its first."""
-        key = f"beat/{j}"
-        if not self.store.check([key]):
-            return None
-        b = decode(self.signed.get(key))
-        seen = self._beats.get(j)
-        if seen is None or seen[0] != b["n"]:
-            self._beats[j] = (b["n"], time.monotonic(), b)
-        return b
-
-    def _judge_beat(self, j: int, stage: str) -> None:
-        """Dead when the heartbeat has not moved for ``timeout_s`` (plus two beats: the beat seen
-        move may already have been a beat old), measured on this clock (the generator's may be
-        another node's). ``timeout_s``, not less: a beat comes every ``BEAT_S`` from its own
-        thread, but a process that holds the GIL in a long native call (a checkpoint load, an
-        engine's compilation) may miss some, and ``timeout_s`` already bounds every other silence
-        the run tolerates; a wait that started before the silence ends on its own deadline, and
-        says what was last heard (``heard``). Before a first beat, the start-up deadline covers it."""
-        b = self.beat(j)
-        if b is None:
-            return
-        quiet = time.monotonic() - self._beats[j][1]
-        if quiet > self.timeout_s + 2 * BEAT_S:
-            raise TransportError(f"{stage}: generator {j} on {b['host']} (pid {b['pid']}) is presumed dead: its "
-                                 f"heartbeat has not moved for {quiet:.0f} s (async.timeout_s={self.timeout_s:g}); "
-                                 f"it was last {b['state']!r}")
-
-    def heard(self) -> str:
-        """Per generator: where it runs, how long since its heartbeat moved, its last state."""
-        now, parts = time.monotonic(), []
-        for j in range(self.n):
-            if j not in self._beats:
-                parts.append(f"generator {j}: no heartbeat yet")
-                continue
-            _, moved, b = self._beats[j]
-            parts.append(f"generator {j} on {b['host']} (pid {b['pid']}): heartbeat moved {now - moved:.1f} s ago, "
-                         f"last {b['state']!r}")
-        return "; ".join(parts)
-
-    def explain(self, stage: str, grace_s: float = 5.0) -> None:
-        """After a failed collective: raise naming the generator that died, if one did. A killed
-        process's sockets close before its exit can be collected, so the connection error may
-        come first; give the death ``grace_s`` to become visible rather than report a bare
-        'connection closed'."""
-        deadline = time.monotonic() + grace_s
-        self.health(stage)
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            self.health(stage)
 
     def has(self, keys: Sequence[str]) -> bool:
         """Whether every key is there, signed by a peer with the secret (a planted one raises)."""
@@ -299,22 +241,36 @@ class Spoke:
         thread, on a store connection of its own (the main thread's may be mid-request). Torch's
         decode steps, gloo waits and checkpoint reads release the GIL, so it beats through them.
         A failed write means the trainer's store is gone: ``lost`` says why, and the generator
-        stops at its next decode step or wait (``GeneratorServer``) instead of being orphaned."""
+        stops at its next decode step or wait (``GeneratorServer``) instead of being orphaned.
+
+        A link that goes down fails nothing: a ``set`` is not acknowledged, and a request waiting
+        for its answer waits on a silent socket for good, holding the GIL (so no Python thread,
+        this one included, runs again). So each beat also reads its key back (a round trip) and
+        then re-arms an alarm of ``timeout_s`` plus two beats; SIGALRM's default action ends the
+        process whatever its threads hold. A generator on a node cut off from its trainer exits
+        instead of waiting forever, on the same bound by which the trainer presumes it dead."""
         store = Signed(dist.TCPStore(self.host, self.port, None, False, seconds(self.timeout_s)), self.signed._secret)
         info = {"host": self.local, "pid": os.getpid()}
+        bound = math.ceil(self.timeout_s + 2 * BEAT_S)
+        signal.alarm(bound)
 
         def beat() -> None:
             n = 0
             while True:
                 try:
                     store.set(f"beat/{self.j}", encode({**info, "n": n, "state": self.state}))
+                    store.raw.check([f"beat/{self.j}"])  # answered after the set: the trainer's store has it
+                    signal.alarm(bound)
                 except Exception as e:  # the store's process died, or the link to it did
                     self.lost = f"lost the trainer's store at {self.host}:{self.port} ({str(e).splitlines()[0]})"
                     return
                 n += 1
                 if self._quiet.wait(BEAT_S):
+                    signal.alarm(0)
                     return
 
+        print(f"[scalerl] generator {self.j}: SIGALRM ends this process if the trainer's store at {self.host}:"
+              f"{self.port} does not answer for {bound} s (async.timeout_s + 2 beats)", file=sys.stderr, flush=True)
         self._beating = threading.Thread(target=beat, name=f"heartbeat-{self.j}", daemon=True)
         self._beating.start()
 
@@ -379,6 +335,7 @@ class Spoke:
             self._quiet.set()
             self._beating.join(timeout=2 * BEAT_S)  # one stuck on a dead link must not hold the exit
             self._beating = None
+            signal.alarm(0)  # a clean stop: no watchdog (start_heartbeat) outlives the link
             self.state = "stopped"
             try:
                 self.signed.set(f"beat/{self.j}", encode({"host": self.local, "pid": os.getpid(), "n": -1,

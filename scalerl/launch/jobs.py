@@ -31,9 +31,11 @@ def failed_return(overrides, cfg: DictConfig, error: BaseException, working_dir:
 
 
 def launcher_world_size(cfg: DictConfig) -> int:
-    """Data-parallel ranks per arm under the configured launcher (SLURM: tasks per node x nodes)."""
+    """Data-parallel ranks per arm under the configured launcher (SLURM: tasks per node x the
+    trainer nodes, which are all the job's nodes but ``async.generator_nodes``: launch/roles.py)."""
     launcher = OmegaConf.select(cfg, "hydra.launcher", default=None) or {}
-    return int(launcher.get("tasks_per_node") or 1) * int(launcher.get("nodes") or 1)
+    generator_nodes = int(OmegaConf.select(cfg, "async.generator_nodes", default=0) or 0)
+    return int(launcher.get("tasks_per_node") or 1) * max(1, int(launcher.get("nodes") or 1) - generator_nodes)
 
 
 def launchers() -> list[str]:

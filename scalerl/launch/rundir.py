@@ -27,9 +27,9 @@ from scalerl.train.signals import STOP_REQUEST
 # Keys that do not change what a run computes: bookkeeping, logging, hardware.
 HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "out_root", "cache_dir", "recipe", *BOOKKEEPING_GROUPS)
 HASH_EXCLUDE_NESTED = {"train": ("threads", "device", "gpus"),
-                       "async": ("timeout_s", "generator_threads", "external_generators")}
+                       "async": ("timeout_s", "generator_threads", "external_generators", "generator_nodes")}
 TAG_SKIP = re.compile(r"^(hydra[./]|study=|sweep=|logger|out_root=|cache_dir=|train\.(threads|device|gpus)=|"
-                      r"async\.(timeout_s|generator_threads|external_generators)=)")
+                      r"async\.(timeout_s|generator_threads|external_generators|generator_nodes)=)")
 HEARTBEAT_S = 300  # a run on another host whose progress.json is older than this is treated as dead
 LIVE_STATUSES = ("starting", "running")
 

@@ -9,6 +9,8 @@ next step boundary and the job is requeued through the launcher's inherited
 """
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -20,6 +22,8 @@ from omegaconf import OmegaConf
 
 from scalerl.launch.jobs import failed_return, write_launch_record
 from scalerl.launch.rundir import sweep_run_dir
+
+RELEASE_GRACE_S = 30.0
 
 
 def submit_and_wait(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
@@ -50,4 +54,29 @@ def submit_and_wait(launcher, job_overrides: Sequence[Sequence[str]], initial_jo
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             error = RuntimeError(f"{type(e).__name__}: {first} (log: {job.paths.stdout})")
             results.append(failed_return(overrides, cfg, error, working_dir=str(run_dir)))
+        if kind == "slurm":
+            release(str(job.job_id))
     return results
+
+
+def release(job_id: str, grace_s: float = RELEASE_GRACE_S) -> None:
+    """Every task of the job has returned its result. A job SLURM still lists as running
+    ``grace_s`` later is held by a step whose srun never heard some task's exit: a node that
+    lost its link while the task ran (node roles, launch/roles.py). Nothing in it runs for the
+    arm any more; cancel it, or a relaunch would leave the arm to that job until its time limit."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                                   timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return
+        if state not in ("RUNNING", "COMPLETING"):
+            return
+        if time.monotonic() > deadline:
+            if state == "RUNNING":
+                print(f"[scalerl] job {job_id}: every task returned, but SLURM still runs it (a node lost its "
+                      "link?); cancelling it", flush=True)
+                subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+            return
+        time.sleep(1.0)

@@ -29,10 +29,15 @@ from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
+from scalerl.launch.roles import run_generator_node, slurm_role
 from scalerl.models.extensions import diagnose_broken_extensions
+from scalerl.registry import async_node
 from scalerl.train.signals import STOP_REQUEST, exit_code, received_signal
 
 LOCK_WAIT_S = 60.0
+GENERATOR_NODE_WAIT_S = 1800.0
+"""How long a generator node waits for its trainer's start-up (a warm start, loading the model)
+before async.timeout_s applies (roles.py)."""
 """How long a job waits on a locked run whose holder is not (or not yet) recorded as training it."""
 
 
@@ -106,6 +111,8 @@ def run_arm(cfg: DictConfig) -> dict:
     try:
         obj = validate(cfg)
         check_environment(obj)  # CUDA, vLLM: before the run directory fills and the warm start runs
+        node = async_node(obj)
+        role = slurm_role(node.generator_nodes, node.generators)  # SLURM node roles (roles.py)
     except ConfigError as e:
         if HydraConfig.get().mode == RunMode.RUN:  # one run: the message alone, exit 2, no empty run directory
             _discard_if_empty(run_dir)
@@ -131,6 +138,10 @@ def run_arm(cfg: DictConfig) -> dict:
     with diagnose_broken_extensions():  # a torchvision built for another torch breaks transformers' imports
         from scalerl.train.loop import train
 
+    if role.kind == "generator":
+        return {**meta, **run_generator_node(role, GENERATOR_NODE_WAIT_S + node.timeout_s, summary_path)}
+    if role.kind == "idle":
+        return {**meta, "status": "idle"}
     if launch_rank() != 0:  # extra data-parallel ranks: no files, no lock
         return train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={})
     try:

@@ -47,6 +47,12 @@ class ModelConfig:
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward instead of keeping them
     (``models/policy.py``, ``checkpoint_layers``); on for ``model=hf``, off for the tiny default."""
+    release_freed_memory: bool = False
+    """The trainer returns every freed block of 4 MiB or more to the OS (``core/heap.py``): with
+    glibc's default, a layer's freed activations stay resident under the gradients allocated after
+    them. On for ``model=hf`` (most of a 0.5B step's activation memory, benchmarks/RESULTS.md); off
+    for the tiny default, whose ~5 MB activations it would send through page faults every step
+    (a step spent ~45% of its time in the kernel with it)."""
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:

@@ -21,6 +21,8 @@ class HFModelConfig(ModelConfig):
     warmstart: WarmStartConfig = field(default_factory=lambda: WarmStartConfig(enabled=False))
     activation_checkpointing: bool = True
     """Real checkpoints' activations dominate the trainer's memory at the paper's lengths."""
+    release_freed_memory: bool = True
+    """Real checkpoints' freed activations would stay resident under their gradients (core/heap.py)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from scalerl.generation.wire import decode, encode
+
+_EXIT_BARRIER_S = 300  # ranks reach the end together; a slow final checkpoint on a busy node still fits
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,22 @@ def _bytes_tensor(blob: bytes, width: int, device) -> torch.Tensor:
     return torch.frombuffer(bytearray(blob.ljust(width, b"\0")), dtype=torch.uint8).to(device)
 
 
-def _slurm_env() -> dict[str, str] | None:
-    """torch.distributed variables derived from a multi-task SLURM step."""
-    ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
-    if ntasks <= 1 or "SLURM_PROCID" not in os.environ:
-        return None
+def trainer_tasks(generator_nodes: int, env=os.environ) -> int:
+    """The SLURM step's tasks that are trainer ranks: all of them, or, with node roles
+    (``async.generator_nodes``), those on the job's first nodes. SLURM's default block
+    distribution puts tasks 0..k-1 on the first node, so those are the lowest task ids."""
+    ntasks = int(env.get("SLURM_NTASKS", "1"))
+    if not generator_nodes:
+        return ntasks
+    nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    return ntasks // nodes * (nodes - generator_nodes)
+
+
+def _slurm_env(generator_nodes: int = 0) -> dict[str, str] | None:
+    """torch.distributed variables derived from a multi-task SLURM step (its trainer tasks)."""
+    ntasks = trainer_tasks(generator_nodes)
+    if "SLURM_PROCID" not in os.environ or (ntasks <= 1 and not generator_nodes):
+        return None  # one rank and no generator node to reach it: nothing to set
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
     master = "127.0.0.1"
     if nodelist:
@@ -103,16 +117,18 @@ def _slurm_env() -> dict[str, str] | None:
     }
 
 
-def launched_world() -> int:
-    """Ranks this process was started with (torchrun's WORLD_SIZE or srun's SLURM_NTASKS)."""
-    env = _slurm_env()
+def launched_world(generator_nodes: int = 0) -> int:
+    """Trainer ranks this process was started with (torchrun's WORLD_SIZE, or srun's tasks on the
+    trainer nodes)."""
+    env = _slurm_env(generator_nodes)
     return int((env or os.environ).get("WORLD_SIZE", "1"))
 
 
-def init_distributed(device: torch.device, *, sharded: bool) -> Dist:
+def init_distributed(device: torch.device, *, sharded: bool, generator_nodes: int = 0) -> Dist:
     """Join the process group if launched with several ranks (a 1-rank group when a
-    single process still shards, for mixed precision); else single-process."""
-    env = _slurm_env()
+    single process still shards, for mixed precision); else single-process.
+    ``generator_nodes``: the job's last nodes run generators, not ranks (``launch/roles.py``)."""
+    env = _slurm_env(generator_nodes)
     if env:
         os.environ.update(env)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -138,5 +154,17 @@ def init_distributed(device: torch.device, *, sharded: bool) -> Dist:
 
 
 def shutdown(d: Dist) -> None:
-    if (d.world > 1 or d.mesh is not None) and dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group at the end of a run that every rank finished (a failed rank never
+    gets here: it raises, and torchrun or srun ends the others)."""
+    if not ((d.world > 1 or d.mesh is not None) and dist.is_initialized()):
+        return
+    if d.world > 1:
+        # Every rank reaches this point before any tears its group down: without it, a rank can
+        # still be in gloo's teardown when rank 0 (the store's host) exits, and it aborted there
+        # ("terminate called without an active exception") in 1 of several CI runs on a loaded
+        # machine. Gloo's monitored barrier names a rank that never arrives instead of hanging.
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(seconds=_EXIT_BARRIER_S))
+        else:
+            dist.barrier()
+    dist.destroy_process_group()

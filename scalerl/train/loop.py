@@ -39,9 +39,10 @@ from pathlib import Path
 import torch
 
 from scalerl.core.faults import failpoint
+from scalerl.core.heap import return_large_frees
 from scalerl.core.jsonio import JsonlFile, write_json_atomic
 from scalerl.loggers.base import namespaced
-from scalerl.registry import build_recipe
+from scalerl.registry import async_node, build_recipe
 from scalerl.train.checkpoint import check_finite, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import Dist, init_distributed, launched_world, shutdown
@@ -69,11 +70,15 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
 def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, config_dict: dict) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     # ------------------------------------------------------------------ setup
+    if cfg.model.release_freed_memory:  # freed activations leave the trainer's RSS (core/heap.py)
+        return_large_frees()
     device = pick_device(cfg.train.device)
     threads = resolve_threads(cfg.train.threads)
     task, ckpt_path = prepare_checkpoint(cfg)
     recipe = build_recipe(cfg)  # once: the plan, the run and the schedules share it
-    dist = init_distributed(device, sharded=needs_sharding(launched_world(), body_dtype(cfg, recipe, device)))
+    generator_nodes = async_node(cfg).generator_nodes  # SLURM node roles: those nodes run generators, not ranks
+    dist = init_distributed(device, sharded=needs_sharding(launched_world(generator_nodes), body_dtype(cfg, recipe, device)),
+                            generator_nodes=generator_nodes)
     say = print if dist.main else (lambda *a, **k: None)
     plan = plan_run(cfg, dist, ckpt_path, threads=threads, recipe=recipe)
     r = build_run(plan, task, ckpt_path)

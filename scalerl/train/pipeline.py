@@ -43,7 +43,7 @@ import torch
 
 from scalerl.asynchrony.base import within_lag
 from scalerl.generation.interface import Generation, SamplingParams, cat_generations
-from scalerl.generation.pool import GeneratorPool
+from scalerl.generation.pool import GeneratorPool, job_rendezvous
 from scalerl.generation.worker import Shard, WorkerSpec
 from scalerl.registry import async_node
 from scalerl.train.rollout import (
@@ -128,9 +128,13 @@ class PipelineSchedule:
             timeout_s=mode.timeout_s, in_flight=mode.in_flight, schema=(),
             generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
         # Rank 0 alone talks to the generators; the push schema needs shapes only (no gather).
+        # Generators the trainer does not start: an operator's (external_generators), then the
+        # job's generator nodes' (launch/roles.py), the last ones.
+        node = async_node(cfg)
         self.pool = GeneratorPool(spec, mode.generators, r.model.state_dict(),
                                   devices=[generator_device(device, j) for j in range(mode.generators)],
-                                  external=async_node(cfg).external_generators) if self.main else None
+                                  external=node.external_generators + node.generator_nodes,
+                                  rendezvous=job_rendezvous() if node.generator_nodes else None) if self.main else None
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
         self.jobs: dict[int, int] = {}  # step -> the job of its batch
         self.next_job = 1

@@ -1,4 +1,5 @@
-"""Fixtures for tests that run real jobs on the local single-node SLURM cluster.
+"""Fixtures for tests that run real jobs on the local SLURM cluster: this machine's node (partition
+`debug`, the default) and three namespaced nodes (partition `nodes`).
 
 `slurm_cluster` starts the cluster once per session (installing the Debian packages first if
 they are missing and we are root), or finds it already running. If it cannot:
@@ -21,6 +22,8 @@ import pytest
 from scalerl.devtools.local_slurm import cluster
 
 _HERE = Path(__file__).parent
+NODES = 3
+"""Namespaced nodes besides this machine's (own address and hostname each): node roles run there."""
 
 
 def _flag(name: str) -> bool:
@@ -47,7 +50,7 @@ def slurm_cluster():
     try:
         if cluster.missing_binaries() and os.geteuid() == 0:
             cluster.install()
-        return cluster.start()
+        return cluster.start(n_nodes=NODES)
     except (cluster.ClusterError, OSError) as exc:
         reason = f"local SLURM cluster unavailable: {exc}"
     # Outside the except block, so the report is the reason alone, not a chained traceback.

@@ -1,7 +1,7 @@
 """Command line for the local SLURM cluster (run as root).
 
     python -m scalerl.devtools.local_slurm install        # apt-get the packages if missing
-    python -m scalerl.devtools.local_slurm start [--cpus 8]
+    python -m scalerl.devtools.local_slurm start [--cpus 8] [--nodes 3]
     python -m scalerl.devtools.local_slurm status         # exits 1 unless every daemon is up and healthy
     python -m scalerl.devtools.local_slurm env            # eval "$(python -m scalerl.devtools.local_slurm env)"
     python -m scalerl.devtools.local_slurm stop
@@ -21,14 +21,17 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["install", "start", "stop", "status", "env"])
     parser.add_argument("--cpus", type=int, default=None,
-                        help="CPUs the node advertises (start only; default: keep, else 8)")
+                        help="CPUs each node advertises (start only; default: keep, else 8)")
+    parser.add_argument("--nodes", type=int, default=None,
+                        help="namespaced nodes rl-node1..N besides this machine's, own address each "
+                             "(start only; default: keep, else 0)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[scalerl.devtools.local_slurm] %(message)s")
     try:
         if args.command == "install":
             cluster.install()
         elif args.command == "start":
-            cluster.start(cpus=args.cpus)
+            cluster.start(cpus=args.cpus, n_nodes=args.nodes)
         elif args.command == "stop":
             cluster.stop()
         elif args.command == "status":

@@ -1,7 +1,9 @@
-"""Install, start, stop and inspect a single-node SLURM 22.05 cluster on localhost, as root.
+"""Install, start, stop and inspect a local SLURM 22.05 cluster, as root: this machine's node,
+plus namespaced nodes with their own addresses (``--nodes N``, nodes.py).
 
     python -m scalerl.devtools.local_slurm install   # apt-get the packages if a binary is missing (~10-20 s)
     python -m scalerl.devtools.local_slurm start     # idempotent; ~2-5 s from installed packages
+    python -m scalerl.devtools.local_slurm start --nodes 3   # plus rl-node1..3 (partition `nodes`)
     python -m scalerl.devtools.local_slurm status
     python -m scalerl.devtools.local_slurm stop
 
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from scalerl.devtools.local_slurm import procs
+from scalerl.devtools.local_slurm import nodes, procs
 from scalerl.devtools.local_slurm.procs import ClusterError
 from scalerl.devtools.local_slurm.templates import HEADER, Layout, render_slurm_conf, render_slurmdbd_conf
 
@@ -38,10 +40,10 @@ log = logging.getLogger("scalerl.devtools.local_slurm")
 CONF_DIR = Path("/etc/slurm")
 DEFAULT_STATE_DIR = Path("/var/lib/scalerl-slurm")
 DEFAULT_CPUS = 8
-APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server")
+APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server", "iproute2")
 BINARIES = (
     "munged", "mariadbd", "mariadb", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
-    "sbatch", "scancel", "sacct", "sacctmgr", "scontrol", "sinfo",
+    "sbatch", "scancel", "sacct", "sacctmgr", "scontrol", "sinfo", "ip",  # ip: the namespaced nodes (nodes.py)
 )
 DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")  # start order
 NODE_OK = ("idle", "mixed", "allocated", "completing")  # `sinfo -h -o %T` of a usable node
@@ -51,13 +53,15 @@ def state_dir() -> Path:
     return Path(os.environ.get("SCALERL_SLURM_DIR") or DEFAULT_STATE_DIR)
 
 
-def layout(state: Path | None = None, cpus: int = DEFAULT_CPUS) -> Layout:
-    """The cluster's paths and node description for this machine (hostname, memory)."""
+def layout(state: Path | None = None, cpus: int = DEFAULT_CPUS, n_nodes: int | None = None) -> Layout:
+    """The cluster's paths and node description for this machine (hostname, memory); ``n_nodes``:
+    namespaced nodes (None: as the current slurm.conf has them)."""
     return Layout(
         state_dir=Path(state or state_dir()).resolve(),
         hostname=socket.gethostname().split(".")[0],  # what `hostname -s` prints
         cpus=cpus,
         real_memory_mb=_mem_total_mb(),
+        nodes=_configured_nodes() if n_nodes is None else n_nodes,
     )
 
 
@@ -120,11 +124,13 @@ def install() -> float:
 def status(state: Path | None = None) -> dict[str, bool]:
     """Which daemons are up, judged by their pid files."""
     lay = layout(state)
-    return {d: procs.live_pid(lay.pid_file(d), d) is not None for d in DAEMONS}
+    up = {d: procs.live_pid(lay.pid_file(d), d) is not None for d in DAEMONS}
+    return up | {f"slurmd@{n}": procs.live_pid(lay.pid_file("slurmd", n), "slurmd") is not None
+                 for n in nodes.names(lay.nodes)}
 
 
-def _node_state(lay: Layout) -> str:
-    rc, out = procs.probe(["sinfo", "-h", "-n", lay.hostname, "-o", "%T"], _env())
+def _node_state(lay: Layout, node: str | None = None) -> str:
+    rc, out = procs.probe(["sinfo", "-h", "-n", node or lay.hostname, "-o", "%T"], _env())
     return out.strip() if rc == 0 else ""
 
 
@@ -142,7 +148,8 @@ def healthy(state: Path | None = None) -> bool:
     """All daemons live, the controller answers, the node is usable, sacctmgr knows the cluster."""
     lay = layout(state)
     return (all(status(lay.state_dir).values()) and _ctld_up()
-            and _node_state(lay) in NODE_OK and lay.cluster_name in (_clusters() or []))
+            and all(_node_state(lay, n) in NODE_OK for n in [lay.hostname, *nodes.names(lay.nodes)])
+            and lay.cluster_name in (_clusters() or []))
 
 
 def env_exports() -> dict[str, str]:
@@ -166,11 +173,11 @@ def _mysql(lay: Layout, sql: str) -> tuple[int, str]:
     return procs.probe(argv, _env())
 
 
-def _node_ready(lay: Layout) -> bool:
-    state = _node_state(lay)
+def _node_ready(lay: Layout, node: str | None = None) -> bool:
+    state = _node_state(lay, node)
     if "drain" in state or state.startswith("down"):
         # A node left down or drained by an earlier run (ReturnToService covers the usual case).
-        procs.probe(["scontrol", "update", f"nodename={lay.hostname}", "state=resume"], _env())
+        procs.probe(["scontrol", "update", f"nodename={node or lay.hostname}", "state=resume"], _env())
     return state in NODE_OK
 
 
@@ -209,16 +216,18 @@ _DAEMONS = (
 )
 
 
-def start(state: Path | None = None, cpus: int | None = None, timeout: float = 60.0) -> Layout:
+def start(state: Path | None = None, cpus: int | None = None, n_nodes: int | None = None,
+          timeout: float = 60.0) -> Layout:
     """Start the cluster, or return at once if it is already up, healthy and configured alike.
 
-    `cpus` is what the node advertises; None keeps the current slurm.conf's value (else 8), so a
-    plain start() never reconfigures a cluster someone started with --cpus. A changed config
+    `cpus` is what each node advertises; None keeps the current slurm.conf's value (else 8), so a
+    plain start() never reconfigures a cluster someone started with --cpus. `n_nodes`: namespaced
+    nodes besides this machine's (nodes.py); None keeps the current value (else 0). A changed config
     restarts every daemon. Creates the munge key, MariaDB data dir and accounting user if
     missing, and starts only daemons that are not running. Raises ClusterError with a log tail.
     """
     t0 = time.monotonic()
-    lay = layout(state, cpus or _configured_cpus() or DEFAULT_CPUS)
+    lay = layout(state, cpus or _configured_cpus() or DEFAULT_CPUS, n_nodes)
     password = _db_password(lay, create=False)
     wanted = {"slurm.conf": render_slurm_conf(lay)}
     if password is not None:
@@ -238,8 +247,12 @@ def start(state: Path | None = None, cpus: int | None = None, timeout: float = 6
             log.info("configuration changed: restarting")
             _stop(lay, timeout=20.0)
         _prepare(lay)
+        if lay.nodes:  # before slurmctld: its address is the bridge's
+            nodes.ensure(lay.nodes, lay.hostname)
         for daemon in _DAEMONS:
             _start_one(daemon, lay, timeout)
+        for node in nodes.names(lay.nodes):
+            _start_node(lay, node, timeout)
     log.info("cluster up in %.1f s (state dir %s)", time.monotonic() - t0, lay.state_dir)
     return lay
 
@@ -263,6 +276,14 @@ def _configured_cpus() -> int | None:
         return None
     match = re.search(r"^NodeName=\S+ .*\bCPUs=(\d+)", text, re.MULTILINE)
     return int(match.group(1)) if text.startswith(HEADER) and match else None
+
+
+def _configured_nodes() -> int:
+    try:
+        text = (CONF_DIR / "slurm.conf").read_text()
+    except OSError:
+        return 0
+    return len(re.findall(r"^NodeName=rl-node\d+ ", text, re.MULTILINE)) if text.startswith(HEADER) else 0
 
 
 def _configs_current(wanted: dict[str, str]) -> bool:
@@ -304,8 +325,8 @@ def _write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 def _prepare(lay: Layout) -> None:
     """Directories, munge key, MariaDB data dir, and both config files (slurmdbd.conf 0600)."""
-    for d in (lay.run_dir, lay.log_dir, lay.state_dir / "ctld", lay.state_dir / "spool",
-              lay.munge_key.parent):
+    spools = [lay.state_dir / "spool" / n for n in [lay.hostname, *nodes.names(lay.nodes)]]
+    for d in (lay.run_dir, lay.log_dir, lay.state_dir / "ctld", *spools, lay.munge_key.parent):
         d.mkdir(parents=True, exist_ok=True)
     # Non-root users must reach the munge socket in run/ to submit; the secrets stay private.
     lay.state_dir.chmod(0o755)
@@ -360,6 +381,20 @@ def _start_one(daemon: _Daemon, lay: Layout, timeout: float) -> None:
              time.monotonic() - t0)
 
 
+def _start_node(lay: Layout, node: str, timeout: float) -> None:
+    """A namespaced node's slurmd (nodes.py), unless it runs; waits until the controller has it."""
+    pid_file = lay.pid_file("slurmd", node)
+    logs = [lay.log_file("slurmd", node), lay.log_dir / f"slurmd-{node}.out"]
+    proc = None
+    if procs.live_pid(pid_file, "slurmd") is None:
+        pid_file.unlink(missing_ok=True)
+        proc = procs.spawn(nodes.slurmd_argv(node), logs[1], _env())
+    procs.wait_until(lambda: _node_ready(lay, node), what=f"slurmd of {node} did not come up",
+                     timeout=timeout, logs=logs, proc=proc)
+    if proc is not None and procs.read_pid(pid_file) is None:
+        pid_file.write_text(f"{proc.pid}\n")
+
+
 def _create_accounting_db(lay: Layout) -> None:
     pw = _db_password(lay, create=True)
     sql = ("CREATE DATABASE IF NOT EXISTS slurm_acct_db; "
@@ -390,4 +425,11 @@ def stop(state: Path | None = None, timeout: float = 20.0) -> dict[str, bool]:
 
 
 def _stop(lay: Layout, timeout: float) -> dict[str, bool]:
-    return {name: procs.terminate(lay.pid_file(name), name, timeout) for name in reversed(DAEMONS)}
+    # Every namespaced node's slurmd that has a pid file (also of a layout since changed), then
+    # the machine's own daemons, then the nodes' network.
+    node_pids = sorted(lay.run_dir.glob("slurmd-rl-node*.pid"))
+    was_up = {f"slurmd@{p.stem.removeprefix('slurmd-')}": procs.terminate(p, "slurmd", timeout) for p in node_pids}
+    procs.terminate(lay.run_dir / "slurmd.pid", "slurmd", timeout)  # the single-node layout's name before nodes.py
+    was_up |= {name: procs.terminate(lay.pid_file(name), name, timeout) for name in reversed(DAEMONS)}
+    nodes.remove(max(lay.nodes, len(node_pids)))
+    return was_up

@@ -1,4 +1,4 @@
-"""slurm.conf and slurmdbd.conf for the local single-node cluster, as pure string templates.
+"""slurm.conf and slurmdbd.conf for the local cluster (this machine, plus namespaced nodes), as pure string templates.
 
 Every key here is one that mattered on a real SLURM 22.05 run (see the project's SLURM notes);
 the comment above each group says why it is set. `render_*` are pure functions of a `Layout`,
@@ -10,6 +10,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 from pathlib import Path
+
+from scalerl.devtools.local_slurm import nodes
 
 HEADER = "# Managed by scalerl.devtools.local_slurm (python -m scalerl.devtools.local_slurm); rewritten on every start.\n"
 
@@ -29,7 +31,9 @@ class Layout:
     cluster_name: str = "scalerl"
     # the name slurmctld registers in slurmdbd and `sacct` filters on
     partition: str = "debug"
-    # the single, default partition
+    # the default partition: this machine's own node
+    nodes: int = 0
+    # namespaced nodes rl-node1..N in partition `nodes` (nodes.py); 0: none
 
     @property
     def run_dir(self) -> Path:
@@ -59,18 +63,19 @@ class Layout:
     def jobcomp_log(self) -> Path:
         return self.log_dir / "jobcomp.log"
 
-    def pid_file(self, daemon: str) -> Path:
-        return self.run_dir / f"{daemon}.pid"
+    def pid_file(self, daemon: str, node: str | None = None) -> Path:
+        """A daemon's pid file; a slurmd's names its node (``node``, default this machine's)."""
+        return self.run_dir / (f"slurmd-{node or self.hostname}.pid" if daemon == "slurmd" else f"{daemon}.pid")
 
-    def log_file(self, daemon: str) -> Path:
-        return self.log_dir / f"{daemon}.log"
+    def log_file(self, daemon: str, node: str | None = None) -> Path:
+        return self.log_dir / (f"slurmd-{node or self.hostname}.log" if daemon == "slurmd" else f"{daemon}.log")
 
 
 SLURM_CONF = string.Template(
     HEADER
     + """\
 ClusterName=$cluster_name
-SlurmctldHost=$hostname(127.0.0.1)
+SlurmctldHost=$hostname($controller_ip)
 SlurmUser=root
 SlurmdUser=root
 
@@ -81,11 +86,12 @@ CredType=cred/munge
 AuthInfo=socket=$munge_socket,cred_expire=10
 
 StateSaveLocation=$state_dir/ctld
-SlurmdSpoolDir=$state_dir/spool
+# %n: the node's name, so every slurmd on this machine has its own (nodes.py).
+SlurmdSpoolDir=$state_dir/spool/%n
 SlurmctldPidFile=$run_dir/slurmctld.pid
-SlurmdPidFile=$run_dir/slurmd.pid
+SlurmdPidFile=$run_dir/slurmd-%n.pid
 SlurmctldLogFile=$log_dir/slurmctld.log
-SlurmdLogFile=$log_dir/slurmd.log
+SlurmdLogFile=$log_dir/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
@@ -118,8 +124,8 @@ JobCompType=jobcomp/filetxt
 JobCompLoc=$jobcomp_log
 
 NodeName=$hostname NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$real_memory_mb State=UNKNOWN
-PartitionName=$partition Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-"""
+PartitionName=$partition Nodes=$hostname Default=YES MaxTime=INFINITE State=UP
+$namespaced_nodes"""
 )
 
 SLURMDBD_CONF = string.Template(
@@ -145,8 +151,22 @@ StorageLoc=slurm_acct_db
 )
 
 
+def _namespaced_nodes(layout: Layout) -> str:
+    """One line per namespaced node (its own address) and their partition; empty without them."""
+    if not layout.nodes:
+        return ""
+    lines = ["# Namespaced nodes (nodes.py): own network, address and hostname each; reached over a bridge."]
+    lines += [f"NodeName={n} NodeAddr={nodes.address(n)} CPUs={layout.cpus} RealMemory={layout.real_memory_mb} "
+              "State=UNKNOWN" for n in nodes.names(layout.nodes)]
+    lines.append(f"PartitionName={nodes.PARTITION} Nodes={','.join(nodes.names(layout.nodes))} MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
 def _fields(layout: Layout) -> dict[str, object]:
     return {
+        # with namespaced nodes, the controller is reached at the bridge: loopback is each node's own
+        "controller_ip": nodes.CONTROLLER_IP if layout.nodes else "127.0.0.1",
+        "namespaced_nodes": _namespaced_nodes(layout),
         "cluster_name": layout.cluster_name,
         "hostname": layout.hostname,
         "cpus": layout.cpus,

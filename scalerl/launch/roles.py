@@ -1,0 +1,104 @@
+"""SLURM node roles: one job per arm, trainer nodes first, then generator nodes (issue 25).
+
+    python -m scalerl.sweep hydra/launcher=slurm hydra.launcher.nodes=3 hydra.launcher.tasks_per_node=2 \\
+        async.generators=2 async.generator_nodes=2
+
+submitit has no heterogeneous jobs (facebookincubator/submitit #1741), so, as prime-rl does, every
+task of the arm's one job runs this same entry point and takes its role from the SLURM environment:
+
+- tasks on the first ``nodes - generator_nodes`` nodes are the trainer ranks (``distributed.py``:
+  rank = ``SLURM_PROCID``, world = the tasks on those nodes; SLURM's block distribution numbers
+  them first);
+- on each of the last ``generator_nodes`` nodes, the first task runs one generator, the last ones of
+  ``async.generators`` in node order, and any other task there has nothing to do and returns.
+
+A generator task waits for its trainer's rendezvous file (``pool.job_rendezvous``: the hub's
+address and the path of the run's secret file, in the user's 0700 secrets folder, keyed by the job
+and its restart count) and then runs the ordinary generator process with the address alone, exactly
+as an operator would (docs/async.md). It stops when the trainer stops it, or when the trainer's store
+goes away; the trainer judges it by its heartbeat, so a generator node that drops off the network
+fails the run within ``async.timeout_s``, naming it, and a relaunch resumes from the checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from scalerl.config import ConfigError
+from scalerl.generation.pool import job_rendezvous
+from scalerl.generation.trust import SECRET_ENV
+
+RENDEZVOUS_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Role:
+    kind: str
+    """``trainer``, ``generator`` or ``idle`` (a generator node's extra task)."""
+    generator: int = -1
+    """A generator task's index among ``async.generators``."""
+
+
+def slurm_role(generator_nodes: int, generators: int, env: Mapping[str, str] = os.environ) -> Role:
+    """This task's role in its arm's job (pure: a function of the SLURM environment)."""
+    if not generator_nodes:
+        return Role("trainer")
+    nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 0)
+    if "SLURM_NODEID" not in env or nodes <= generator_nodes:
+        raise ConfigError("async.generator_nodes",
+                          f"{generator_nodes} generator node(s) need a SLURM job with more nodes than that "
+                          f"(hydra/launcher=slurm hydra.launcher.nodes=<trainer nodes + {generator_nodes}>); "
+                          f"this process runs in {'a job of ' + str(nodes) + ' node(s)' if nodes else 'no SLURM job'}")
+    trainer_nodes = nodes - generator_nodes
+    node = int(env["SLURM_NODEID"])
+    if node < trainer_nodes:
+        return Role("trainer")
+    if int(env.get("SLURM_LOCALID", "0")) > 0:
+        return Role("idle")
+    return Role("generator", generators - generator_nodes + node - trainer_nodes)
+
+
+def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[str, str] = os.environ) -> dict:
+    """Wait up to ``wait_s`` for the trainer's rendezvous, then be generator ``role.generator``
+    until the trainer stops it. A trainer that ends before it writes one (a failed start-up) writes
+    the run's ``summary``: the wait ends there. Returns the task's record (``status`` and the
+    generator's exit code)."""
+    path = job_rendezvous(env=env)
+    host = socket.gethostname()
+    started, deadline = time.time(), time.monotonic() + wait_s
+    print(f"[scalerl] {host}: generator node for generator {role.generator}; waiting for the trainer "
+          f"({path})", flush=True)
+    while True:
+        try:
+            rdv = json.loads(path.read_text())
+            secret = open(rdv["secret_file"]).read().strip()
+            break
+        except (OSError, ValueError, KeyError):
+            if _written_since(summary, started):
+                print(f"[scalerl] {host}: the run ended before its generators were needed", flush=True)
+                return {"status": "generator", "generator": role.generator, "host": host, "exit_code": None}
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{host}: the trainer never wrote {path} in {wait_s:.0f} s "
+                                   "(async.timeout_s after its start-up): is it running, and is the home "
+                                   "folder shared with this node?") from None
+            time.sleep(RENDEZVOUS_POLL_S)
+    # The ordinary generator process, as an operator starts it: the address and the index alone,
+    # the secret in its environment (never argv). Its exit is this task's.
+    code = subprocess.call([sys.executable, "-m", "scalerl.generation.worker", rdv["address"], str(role.generator),
+                            str(wait_s)], env={**os.environ, SECRET_ENV: secret, "TORCH_CPP_LOG_LEVEL": "ERROR"})
+    print(f"[scalerl] {host}: generator {role.generator} exited with code {code}", flush=True)
+    return {"status": "generator", "generator": role.generator, "host": host, "exit_code": code}
+
+
+def _written_since(path: Path, t: float) -> bool:
+    try:
+        return path.stat().st_mtime >= t
+    except OSError:
+        return False

@@ -1,0 +1,70 @@
+"""SLURM node roles (launch/roles.py, train/distributed.py): which task of an arm's job trains,
+which generates, and the trainer-only rank layout, as functions of the SLURM environment. The real
+jobs on a 3-node cluster are in tests/slurm/test_node_roles_slurm.py."""
+import json
+
+import pytest
+
+from scalerl.config import ConfigError
+from scalerl.generation.pool import job_rendezvous
+from scalerl.launch.roles import Role, run_generator_node, slurm_role
+from scalerl.train.distributed import trainer_tasks
+
+
+def job(nodes: int, per_node: int, procid: int) -> dict:
+    """The variables srun sets for task ``procid`` of a block-distributed job."""
+    return {"SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NTASKS": str(nodes * per_node), "SLURM_PROCID": str(procid),
+            "SLURM_NODEID": str(procid // per_node), "SLURM_LOCALID": str(procid % per_node), "SLURM_JOB_ID": "77"}
+
+
+def test_one_trainer_node_of_two_ranks_and_two_generator_nodes():
+    roles = [slurm_role(2, 3, job(3, 2, p)) for p in range(6)]
+    assert roles == [Role("trainer"), Role("trainer"), Role("generator", 1), Role("idle"),
+                     Role("generator", 2), Role("idle")]
+    # the trainer ranks are the tasks of the first node only: world 2, not the job's 6 tasks
+    assert trainer_tasks(2, job(3, 2, 0)) == 2
+    assert trainer_tasks(0, job(3, 2, 0)) == 6
+
+
+def test_two_trainer_nodes_and_one_generator_node():
+    roles = [slurm_role(1, 1, job(3, 2, p)) for p in range(6)]
+    assert [r.kind for r in roles] == ["trainer"] * 4 + ["generator", "idle"]
+    assert roles[4].generator == 0
+    assert trainer_tasks(1, job(3, 2, 0)) == 4
+
+
+def test_without_generator_nodes_every_task_trains():
+    assert {slurm_role(0, 2, job(3, 2, p)) for p in range(6)} == {Role("trainer")}
+
+
+@pytest.mark.parametrize("env", [{}, job(2, 1, 0)], ids=["no SLURM job", "too few nodes"])
+def test_generator_nodes_outside_a_job_with_enough_nodes_name_the_key(env):
+    with pytest.raises(ConfigError, match=r"async\.generator_nodes.*hydra\.launcher\.nodes"):
+        slurm_role(2, 2, env)
+
+
+def test_the_rendezvous_is_per_job_attempt(tmp_path):
+    first = job_rendezvous(tmp_path, {"SLURM_JOB_ID": "77"})
+    again = job_rendezvous(tmp_path, {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"})
+    assert first != again and first.parent == again.parent == tmp_path
+    assert job_rendezvous(tmp_path, {}) is None
+
+
+def test_a_generator_node_whose_trainer_ended_before_its_rendezvous_returns(tmp_path, monkeypatch):
+    """A trainer that failed in its start-up writes its summary and never a rendezvous: the
+    generator task leaves at once instead of waiting out its start-up allowance."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    summary = tmp_path / "summary.json"
+
+    import threading
+    import time
+    threading.Timer(0.5, lambda: summary.write_text(json.dumps({"status": "failed"}))).start()
+    t0 = time.monotonic()
+    out = run_generator_node(Role("generator", 1), wait_s=60, summary=summary, env=job(3, 2, 2))
+    assert out["exit_code"] is None and time.monotonic() - t0 < 10
+
+
+def test_a_generator_node_without_a_trainer_gives_up_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(TimeoutError, match=r"job-77\.0\.json"):
+        run_generator_node(Role("generator", 1), wait_s=1, summary=tmp_path / "summary.json", env=job(3, 2, 2))
