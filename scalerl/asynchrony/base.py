@@ -38,7 +38,7 @@ class AsyncConfig:
     """SLURM node roles: the last this many nodes of the arm's job (``hydra.launcher.nodes`` =
     trainer nodes + this) run one generator each, the last ones of ``generators``, started by the
     job itself; the other nodes run the trainer ranks (``hydra.launcher.tasks_per_node`` each).
-    docs/async.md, 'Node roles on SLURM'."""
+    docs/slurm.md, 'Node roles'."""
 
     def __post_init__(self) -> None:
         check(self.generators >= 0, "async.generators", f"must be >= 0, got {self.generators}")

@@ -35,10 +35,10 @@ from scalerl.registry import async_node
 from scalerl.train.signals import STOP_REQUEST, exit_code, received_signal
 
 LOCK_WAIT_S = 60.0
+"""How long a job waits on a locked run whose holder is not (or not yet) recorded as training it."""
 GENERATOR_NODE_WAIT_S = 1800.0
 """How long a generator node waits for its trainer's start-up (a warm start, loading the model)
 before async.timeout_s applies (roles.py)."""
-"""How long a job waits on a locked run whose holder is not (or not yet) recorded as training it."""
 
 
 class RunBusy(RuntimeError):
