@@ -39,7 +39,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_env(tmp_path_factory):
-    cache = os.environ.get("SCALERL_TEST_CACHE") or str(tmp_path_factory.mktemp("scalerl-cache"))
+    # Under pytest-xdist every worker has its own session; they share one cache beside their own
+    # temporary folders, so the warm start is built once (its file lock makes the others wait).
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else None
+    cache = os.environ.get("SCALERL_TEST_CACHE") or (
+        str(shared / "scalerl-cache") if shared else str(tmp_path_factory.mktemp("scalerl-cache")))
     os.environ["SCALERL_CACHE"] = cache
     os.environ["SCALERL_NO_BAR"] = "1"
     os.environ["WANDB_MODE"] = "offline"

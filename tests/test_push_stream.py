@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import REPO
 
-from scalerl.generation.buckets import in_order, layout, pack, unpack, weight_schema
+from scalerl.generation.buckets import in_order, layout, pack, pack_all, unpack, weight_schema
 
 WORKER = (str(Path(__file__).with_name("push_worker.py")),)
 
@@ -64,6 +64,26 @@ def test_buckets_round_trip_in_the_generators_dtype(dtype, bucket_bytes):
         want = ref.to(torch.bfloat16) if dtype and ref.is_floating_point() else ref
         assert t.dtype == want.dtype and torch.equal(t, want), name
     assert sum(b.numel() for b in sent) == plan.total  # only the stream's bytes travel
+
+
+@pytest.mark.parametrize("bucket_bytes", [16, 48, 4096])
+def test_a_snapshot_is_the_streamed_layout_byte_for_byte(bucket_bytes):
+    """``pack_all`` (vLLM's relay holds a push until a decode step) builds its schema as the pairs
+    come: the same bytes ``pack`` sends for that schema, so the receiver's ``unpack`` reads them."""
+    state = {n: (t.to(torch.bfloat16) if t.is_floating_point() and n != "c" else t) for n, t in _state().items()}
+    schema, bufs = pack_all(state.items(), bucket_bytes)
+    assert schema == weight_schema(state)  # each tensor's own dtype: what the relay was handed
+    plan, sent, _ = _round_trip(state, None, bucket_bytes)
+    assert len(bufs) == len(sent) == plan.n_buckets
+    for mine, streamed in zip(bufs, sent):
+        assert mine.numel() == streamed.numel()
+        for i, spec in enumerate(plan.specs):  # the tensors' bytes (not the alignment gaps) agree
+            for k, off, a, b in plan.pieces(i):
+                if mine is bufs[k]:
+                    assert torch.equal(mine[off : off + b - a], streamed[off : off + b - a]), spec.name
+    arriving = iter(bufs)
+    got = list(unpack(plan, lambda buf: (lambda src: lambda: buf.copy_(src))(next(arriving))))
+    assert all(torch.equal(t, state[n]) and t.dtype == state[n].dtype for n, t in got)
 
 
 def test_a_receiver_reuses_a_bucket_only_once_no_view_of_it_is_alive():
@@ -207,3 +227,51 @@ def test_a_push_from_two_sharded_ranks_gives_a_bf16_generator_the_trainers_cast(
     assert out["groups"] > 4 and out["order"] and out["gathered_bf16"] and out["group_bytes_ok"]
     assert out["uneven"]  # a tensor whose rows do not split evenly over 2 ranks was gathered too
     assert out["echo_bf16"] and out["echo_differs_from_fp32"]
+
+
+def _tied_generator(seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from scalerl.generation.torch_engine import TorchGenerator
+    from scalerl.models.policy import Policy
+    from scalerl.precision.base import linear_head
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                      max_position_embeddings=64, tie_word_embeddings=True, attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).eval()
+    return model, TorchGenerator(Policy(model, gen_head=linear_head(None), train_head=linear_head(None)), torch.device("cpu"))
+
+
+def test_a_push_received_into_the_generators_own_weights_is_the_trainers():
+    """``TorchGenerator.push_stream``: the generator's parameters live in the push's byte stream, so the
+    transport writes them in place. The tied head is received under both names and lives once; the
+    fused weights of the lean decoder see a push that changed no tensor's address."""
+    from scalerl.generation.interface import SamplingParams
+
+    trainer, _ = _tied_generator(0)
+    _, gen = _tied_generator(1)  # other weights, until the push
+    prompts, p = [[1, 5, 7], [1, 9]], SamplingParams(max_new_tokens=6, eos_token_id=39, pad_token_id=0,
+                                                     temperature=1.0, n=3, seeds=torch.tensor([4, 5]))
+    gen.generate(prompts, p)  # the lean decoder fuses (and caches) the weights it had
+    plan = layout(weight_schema(trainer.state_dict()), bucket_bytes=4096)
+    assert {s.name for s in plan.specs} >= {"model.embed_tokens.weight", "lm_head.weight"}
+    for version in (1, 2):
+        with torch.no_grad():
+            for w in trainer.parameters():
+                w.add_(0.1 * torch.randn_like(w))
+        flat = gen.push_stream(plan)
+        before = flat.data_ptr()
+        for k, bucket in pack(plan, in_order(plan, trainer.state_dict()), [torch.empty(4096, dtype=torch.uint8)]):
+            flat[k * 4096 : k * 4096 + bucket.numel()].copy_(bucket)  # what the broadcast writes
+        gen.received(version)
+        model = gen.policy.model
+        assert gen.version == version and flat.data_ptr() == before  # the same buffer, push after push
+        assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied
+        assert all(torch.equal(t, trainer.state_dict()[n]) for n, t in model.state_dict().items())
+        assert model.model.layers[0].self_attn.q_proj.weight.data_ptr() == flat.data_ptr() + plan.offsets[
+            [s.name for s in plan.specs].index("model.layers.0.self_attn.q_proj.weight")]
+        _, ref = _tied_generator(2)
+        ref.policy.model.load_state_dict(trainer.state_dict())
+        want, got = ref.generate(prompts, p), gen.generate(prompts, p)
+        assert torch.equal(got.tokens, want.tokens) and torch.allclose(got.logprobs, want.logprobs, atol=1e-6)

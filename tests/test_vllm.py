@@ -59,9 +59,9 @@ def prompts(ckpt):
     return [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
 
 
-def start_engine(ckpt, body, head):
+def start_engine(ckpt, body, head, weight_transfer="gloo"):
     ctx = EngineContext(policy=None, checkpoint=ckpt, device=CPU, body_dtype=body, head_dtype=head, seed=0)
-    return build_vllm_generator(ctx, cfg=VLLMGenerationConfig(kv_cache_gb=0.25))
+    return build_vllm_generator(ctx, cfg=VLLMGenerationConfig(kv_cache_gb=0.25, weight_transfer=weight_transfer))
 
 
 def trainer_policy(ckpt, body, precision, cfg, temperature):
@@ -113,7 +113,8 @@ def fp32_engine(ckpt):
 
 @pytest.fixture(scope="class")
 def bf16_engine(ckpt):
-    g = start_engine(ckpt, torch.bfloat16, torch.float32)
+    # The other data plane (the fp32 engine, the default's, receives pushes over gloo): one engine each.
+    g = start_engine(ckpt, torch.bfloat16, torch.float32, weight_transfer="inline")
     yield g
     g.close()
 
@@ -277,6 +278,23 @@ class TestBf16BodyFp32Head:
         # (the bf16-vs-fp32 body gap). 3x that bounds it with margin; a wrong head dtype, temperature or
         # weight would be off by 10x or more (the fp32 tests above agree to 1e-5).
         assert d.mean() < 3 * bf16_noise.mean() and d.max() < 3 * bf16_noise.max()
+
+    def test_a_push_of_a_bf16_body_reaches_the_engine_inline(self, engine, ckpt, prompts):
+        """The ``inline`` data plane (tensors in vLLM's RPC), in the dtype a bf16 generator receives."""
+        policy, _ = trainer_policy(ckpt, torch.bfloat16, "fp32_head", Fp32HeadConfig(), 1.0)
+        p = params(1.0)
+        before = engine.generate(prompts, seeded(p, 5, len(prompts)))
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for w in policy.model.parameters():
+                w.add_(torch.randn_like(w) * 0.05)
+        engine.load_weights(policy.model.state_dict().items(), version=7)
+        after = engine.generate(prompts, seeded(p, 5, len(prompts)))
+        assert engine.version == 7 and (after.version[after.present] == 7).all()
+        moved = (recomputed(policy, prompts, before, 4) - before.logprobs)[before.sampled].abs().mean()
+        d = (recomputed(policy, prompts, after, 4) - after.logprobs)[after.sampled].abs().mean()
+        print(f"\n[inline push, bf16 body] |dlogp| vs trainer {d:.2e}; before the push {moved:.2e}")
+        assert moved > 0.05 and d < moved / 10  # the engine now computes the pushed policy (to bf16 rounding)
 
 
 @pytest.mark.slow

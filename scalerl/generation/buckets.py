@@ -156,6 +156,37 @@ def pack(plan: Layout, named: Iterable[tuple[int, torch.Tensor]], bufs: Sequence
         k += 1
 
 
+def pack_all(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCKET_BYTES
+             ) -> tuple[list[TensorSpec], list[torch.Tensor]]:
+    """A snapshot of ``(name, tensor)`` pairs as the schema they make and all of their buckets, for
+    a sender that must hold the bytes until a later moment (vLLM's relay: an update lands between two
+    decode steps, the pairs arrive before). The bytes are those ``layout(schema, bucket_bytes)``
+    describes, so ``unpack`` reads them back; built as the pairs come, with no schema in advance."""
+    if bucket_bytes <= 0 or bucket_bytes % ALIGN:
+        raise ValueError(f"weight push: the bucket size must be a positive multiple of {ALIGN} bytes, got {bucket_bytes}")
+    schema: list[TensorSpec] = []
+    bufs: list[torch.Tensor] = []
+    at = 0
+    for name, t in named:
+        spec = TensorSpec(name, tuple(t.shape), str(t.dtype).removeprefix("torch."))
+        at = -(-at // ALIGN) * ALIGN  # where layout() puts it
+        raw = t.detach().contiguous().reshape(-1).view(torch.uint8) if spec.numel else torch.empty(0, dtype=torch.uint8)
+        done = 0
+        while done < raw.numel():
+            k, off = divmod(at, bucket_bytes)
+            while len(bufs) <= k:
+                bufs.append(torch.empty(bucket_bytes, dtype=torch.uint8))
+            n = min(raw.numel() - done, bucket_bytes - off)
+            bufs[k][off : off + n].copy_(raw[done : done + n])
+            done, at = done + n, at + n
+        schema.append(spec)
+    plan = layout(schema, bucket_bytes)
+    assert plan.total == at, (plan.total, at)
+    while len(bufs) < plan.n_buckets:  # only an empty last tensor, aligned past the last byte, ends here
+        bufs.append(torch.zeros(bucket_bytes, dtype=torch.uint8))
+    return schema, [b[: plan.bucket_size(k)] for k, b in enumerate(bufs)]
+
+
 def unpack(plan: Layout, recv: Callable[[torch.Tensor], Callable[[], None]]) -> Iterator[tuple[str, torch.Tensor]]:
     """The pushed ``(name, tensor)`` pairs in schema order, receiving bucket by bucket.
 

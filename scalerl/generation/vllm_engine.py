@@ -41,7 +41,13 @@ from vllm.sampling_params import RequestOutputKind
 
 from scalerl.generation.interface import Generation, SamplingParams
 from scalerl.generation.noise import mix_seed
-from scalerl.generation.vllm_transfer import BACKEND, chunks
+from scalerl.generation.vllm_gloo import BACKEND as GLOO
+from scalerl.generation.vllm_gloo import GlooRelay
+from scalerl.generation.vllm_transfer import BACKEND as INLINE
+from scalerl.generation.vllm_transfer import chunks
+
+BACKENDS = {"gloo": GLOO, "inline": INLINE}
+"""``generation.weight_transfer``: vLLM weight-transfer backends scalerl registers (vllm_transfer.register)."""
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -71,7 +77,7 @@ class VLLMGenerator:
 
     def __init__(self, checkpoint: Path, *, dtype: torch.dtype, head_dtype: torch.dtype | None, seed: int,
                  enforce_eager: bool, tensor_parallel_size: int, kv_cache_bytes: int, gpu_memory_utilization: float,
-                 device: torch.device):
+                 device: torch.device, weight_transfer: str = "gloo"):
         head = "model" if head_dtype is None or head_dtype == dtype else DTYPE_NAMES[head_dtype]
         threads = torch.get_num_threads()  # vLLM's engine core lowers this process's torch threads for serving
         self.llm = LLM(
@@ -82,14 +88,18 @@ class VLLMGenerator:
             enable_prefix_caching=True,  # continuation requests after an interruption reuse their prefix
             enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size, seed=seed,
             kv_cache_memory_bytes=kv_cache_bytes, gpu_memory_utilization=gpu_memory_utilization,
-            weight_transfer_config={"backend": BACKEND},
+            weight_transfer_config={"backend": BACKENDS[weight_transfer]},
             disable_log_stats=True,
             # The model in a worker process of its own, even on one device: vLLM's CPU worker binds
             # OpenMP threads and patches torch.set_num_threads, which must not happen to the trainer.
             distributed_executor_backend="mp",
         )
         torch.set_num_threads(threads)
-        self.llm.init_weight_transfer_engine({"init_info": {}})
+        if weight_transfer == "gloo":  # rank 0 of a gloo group with vLLM's workers (vllm_gloo.py)
+            self.relay: GlooRelay | None = GlooRelay(self.llm, tensor_parallel_size)
+        else:
+            self.relay = None
+            self.llm.init_weight_transfer_engine({"init_info": {}})
         self.engine = self.llm.llm_engine
         self.device = device
         self.version = 0
@@ -104,7 +114,7 @@ class VLLMGenerator:
         """Snapshot the weights now (the trainer keeps changing its tensors) and apply them at once
         when the engine is idle or when called from ``between_steps``; from another thread while
         generating, before the next decode step."""
-        payload = list(chunks(named_tensors))
+        payload = GlooRelay.snapshot(named_tensors) if self.relay is not None else list(chunks(named_tensors))
         with self._pending_lock:
             self._pending = (payload, version)
         if self._lock.acquire(blocking=False):  # idle, or called from the generating thread itself
@@ -121,8 +131,11 @@ class VLLMGenerator:
         payload, version = pending
         with self._lock:
             self.llm.start_weight_update()
-            for update_info in payload:
-                self.llm.update_weights({"update_info": update_info})
+            if self.relay is not None:
+                self.relay.send(*payload)
+            else:
+                for update_info in payload:
+                    self.llm.update_weights({"update_info": update_info})
             self.llm.finish_weight_update(weight_version=str(version))
             self.version = version
             # Cached prefixes were computed by the old weights: no later request may reuse them. Requests
@@ -213,6 +226,8 @@ class VLLMGenerator:
                           version=version.to(dev))
 
     def close(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         core = getattr(self.engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()

@@ -24,6 +24,8 @@ ENGINE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM 0.32's CPU attention kernel accepts (``CPUAttentionBackend``)."""
 PLUGIN = "scalerl.generation.vllm_transfer:register"
+WEIGHT_TRANSFERS = ("gloo", "inline")
+"""``generation.weight_transfer``'s options (vllm_engine.BACKENDS; the config must not import vLLM)."""
 
 
 @dataclass
@@ -44,6 +46,11 @@ class VLLMGenerationConfig(GenerationConfig):
     gpu_memory_utilization: float = 0.9
     """Share of the device's memory vLLM may claim at start-up (vLLM's own setting and default). It
     checks that this much is free, so lower it when the trainer shares the GPU."""
+    weight_transfer: str = "gloo"
+    """How a push's bytes reach vLLM's worker process (vLLM's weight-transfer data plane): gloo, a
+    broadcast of its buckets from this generator process (``scalerl_gloo``, vllm_gloo.py); inline, the
+    tensors serialised into vLLM's RPC (``scalerl_inline``, vllm_transfer.py). vLLM's own CUDA data
+    planes (nccl, ipc) are not wired in: docs/limitations.md."""
     seed: Optional[int] = None
     """Engine seed (vLLM's ``seed``); None: the run's seed. Each request also carries a seed drawn
     from the step's RNG, so a run and its resumption sample the same tokens."""
@@ -53,6 +60,8 @@ class VLLMGenerationConfig(GenerationConfig):
         check(self.kv_cache_gb > 0, "generation.kv_cache_gb", f"must be > 0, got {self.kv_cache_gb}")
         check(0 < self.gpu_memory_utilization <= 1, "generation.gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        check(self.weight_transfer in WEIGHT_TRANSFERS, "generation.weight_transfer",
+              f"must be one of {list(WEIGHT_TRANSFERS)}, got {self.weight_transfer!r}")
         check(self.tensor_parallel_size >= 1, "generation.tensor_parallel_size",
               f"must be >= 1, got {self.tensor_parallel_size}")
 
@@ -76,7 +85,8 @@ def build_vllm_generator(ctx: EngineContext, *, cfg: VLLMGenerationConfig):
     return VLLMGenerator(ctx.checkpoint, dtype=dtype, head_dtype=ctx.head_dtype,
                          seed=ctx.seed if cfg.seed is None else cfg.seed, enforce_eager=cfg.enforce_eager,
                          tensor_parallel_size=cfg.tensor_parallel_size, kv_cache_bytes=int(cfg.kv_cache_gb * 2**30),
-                         gpu_memory_utilization=cfg.gpu_memory_utilization, device=ctx.device)
+                         gpu_memory_utilization=cfg.gpu_memory_utilization, device=ctx.device,
+                         weight_transfer=cfg.weight_transfer)
 
 
 def check_installed() -> None:

@@ -110,12 +110,18 @@ class InlineWeightTransferEngine(WeightTransferEngine[InlineInitInfo, InlineUpda
 
 
 def register() -> None:
-    """vLLM general plugin: make ``scalerl_inline`` available in this process (idempotent)."""
+    """vLLM general plugin: make ``scalerl_inline`` and ``scalerl_gloo`` (vllm_gloo.py) available in
+    this process (idempotent)."""
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
+    from scalerl.generation.vllm_gloo import BACKEND as GLOO
+    from scalerl.generation.vllm_gloo import GlooWeightTransferEngine
+
     if BACKEND not in WeightTransferEngineFactory._registry:
-        WeightTransferEngineFactory.register_engine(BACKEND, InlineWeightTransferEngine)
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_rotary_cache_filter)
+    for name, engine in ((BACKEND, InlineWeightTransferEngine), (GLOO, GlooWeightTransferEngine)):
+        if name not in WeightTransferEngineFactory._registry:
+            WeightTransferEngineFactory.register_engine(name, engine)
 
 
 def _rotary_cache_filter(record: logging.LogRecord) -> bool:

@@ -21,7 +21,6 @@ fails the run within ``async.timeout_s``, naming it, and a relaunch resumes from
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -32,8 +31,10 @@ from pathlib import Path
 from typing import Mapping
 
 from scalerl.config import ConfigError
+from scalerl.core.jsonio import read_json
 from scalerl.generation.pool import job_rendezvous
 from scalerl.generation.trust import SECRET_ENV
+from scalerl.train.distributed import job_nodes
 
 RENDEZVOUS_POLL_S = 0.5
 
@@ -50,7 +51,7 @@ def slurm_role(generator_nodes: int, generators: int, env: Mapping[str, str] = o
     """This task's role in its arm's job (pure: a function of the SLURM environment)."""
     if not generator_nodes:
         return Role("trainer")
-    nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 0)
+    nodes = job_nodes(env)
     if "SLURM_NODEID" not in env or nodes <= generator_nodes:
         raise ConfigError("async.generator_nodes",
                           f"{generator_nodes} generator node(s) need a SLURM job with more nodes than that "
@@ -76,25 +77,31 @@ def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[st
     print(f"[scalerl] {host}: generator node for generator {role.generator}; waiting for the trainer "
           f"({path})", flush=True)
     while True:
-        try:
-            rdv = json.loads(path.read_text())
-            secret = open(rdv["secret_file"]).read().strip()
+        rdv = read_json(path)
+        secret = _read_text(rdv.get("secret_file")) if isinstance(rdv, dict) else None
+        if secret and "address" in rdv:
             break
-        except (OSError, ValueError, KeyError):
-            if _written_since(summary, started):
-                print(f"[scalerl] {host}: the run ended before its generators were needed", flush=True)
-                return {"status": "generator", "generator": role.generator, "host": host, "exit_code": None}
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{host}: the trainer never wrote {path} in {wait_s:.0f} s "
-                                   "(async.timeout_s after its start-up): is it running, and is the home "
-                                   "folder shared with this node?") from None
-            time.sleep(RENDEZVOUS_POLL_S)
+        if _written_since(summary, started):
+            print(f"[scalerl] {host}: the run ended before its generators were needed", flush=True)
+            return {"status": "generator", "generator": role.generator, "host": host, "exit_code": None}
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{host}: the trainer never wrote {path} in {wait_s:.0f} s "
+                               "(async.timeout_s after its start-up): is it running, and is the home "
+                               "folder shared with this node?")
+        time.sleep(RENDEZVOUS_POLL_S)
     # The ordinary generator process, as an operator starts it: the address and the index alone,
     # the secret in its environment (never argv). Its exit is this task's.
     code = subprocess.call([sys.executable, "-m", "scalerl.generation.worker", rdv["address"], str(role.generator),
                             str(wait_s)], env={**os.environ, SECRET_ENV: secret, "TORCH_CPP_LOG_LEVEL": "ERROR"})
     print(f"[scalerl] {host}: generator {role.generator} exited with code {code}", flush=True)
     return {"status": "generator", "generator": role.generator, "host": host, "exit_code": code}
+
+
+def _read_text(path) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except (OSError, TypeError):
+        return None
 
 
 def _written_since(path: Path, t: float) -> bool:

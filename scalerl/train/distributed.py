@@ -81,6 +81,11 @@ def _bytes_tensor(blob: bytes, width: int, device) -> torch.Tensor:
     return torch.frombuffer(bytearray(blob.ljust(width, b"\0")), dtype=torch.uint8).to(device)
 
 
+def job_nodes(env=os.environ) -> int:
+    """Nodes of this SLURM job (0 outside one)."""
+    return int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 0)
+
+
 def trainer_tasks(generator_nodes: int, env=os.environ) -> int:
     """The SLURM step's tasks that are trainer ranks: all of them, or, with node roles
     (``async.generator_nodes``), those on the job's first nodes. SLURM's default block
@@ -88,7 +93,7 @@ def trainer_tasks(generator_nodes: int, env=os.environ) -> int:
     ntasks = int(env.get("SLURM_NTASKS", "1"))
     if not generator_nodes:
         return ntasks
-    nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    nodes = job_nodes(env) or 1
     return ntasks // nodes * (nodes - generator_nodes)
 
 

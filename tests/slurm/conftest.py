@@ -42,6 +42,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _HERE in Path(item.fspath).parents:
             item.add_marker(pytest.mark.slurm)
+            # One cluster of 2 cores: under pytest-xdist (`--dist loadgroup`) its jobs run from one worker.
+            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture(scope="session")
