@@ -1,4 +1,6 @@
-"""The one error type for bad configuration: it always names the key to fix."""
+"""The one error type for bad configuration (it always names the key to fix), and the errors the
+entry point reports without a traceback (here, not beside their raisers, so the sweep's parent
+process need not import torch to catch them)."""
 from __future__ import annotations
 
 
@@ -14,3 +16,7 @@ def check(ok: bool, key: str, message: str) -> None:
     """Raise ``ConfigError(key, message)`` unless ``ok``."""
     if not ok:
         raise ConfigError(key, message)
+
+
+class CheckpointsRefused(RuntimeError):
+    """Checkpoints exist but none could be loaded; the message says what to do (train/checkpoint.py)."""

@@ -21,8 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from scalerl.config import as_config_error
 from scalerl.config.store import register_schemas
-from scalerl.core.errors import ConfigError
-from scalerl.train.checkpoint import CheckpointsRefused
+from scalerl.core.errors import CheckpointsRefused, ConfigError
 from scalerl.core.paths import conf_dir, sweeps_dir
 from scalerl.launch.jobs import launchers
 from scalerl.launch.rundir import register_resolver

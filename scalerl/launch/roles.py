@@ -32,9 +32,7 @@ from typing import Mapping
 
 from scalerl.config import ConfigError
 from scalerl.core.jsonio import read_json
-from scalerl.generation.pool import job_rendezvous
-from scalerl.generation.trust import SECRET_ENV
-from scalerl.train.distributed import job_nodes
+from scalerl.core.slurm_env import job_nodes
 
 RENDEZVOUS_POLL_S = 0.5
 
@@ -71,6 +69,9 @@ def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[st
     until the trainer stops it. A trainer that ends before it writes one (a failed start-up) writes
     the run's ``summary``: the wait ends there. Returns the task's record (``status`` and the
     generator's exit code)."""
+    from scalerl.generation.pool import job_rendezvous  # torch: only a generator task needs it
+    from scalerl.generation.trust import SECRET_ENV
+
     path = job_rendezvous(env=env)
     host = socket.gethostname()
     started, deadline = time.time(), time.monotonic() + wait_s

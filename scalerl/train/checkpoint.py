@@ -21,14 +21,11 @@ from pathlib import Path
 
 import torch
 
+from scalerl.core.errors import CheckpointsRefused  # noqa: F401 (raised by sharded_checkpoint, caught by the entry point)
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import os_reason
 
 ATOMS = (bool, int, float, str, type(None))
-
-
-class CheckpointsRefused(RuntimeError):
-    """Checkpoints exist but none could be loaded; the message says what to do."""
 
 
 class CheckpointWriteError(OSError):

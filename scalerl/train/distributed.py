@@ -17,6 +17,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from scalerl.core.slurm_env import job_nodes
 from scalerl.generation.wire import decode, encode
 
 _EXIT_BARRIER_S = 300  # ranks reach the end together; a slow final checkpoint on a busy node still fits
@@ -79,11 +80,6 @@ class Dist:
 
 def _bytes_tensor(blob: bytes, width: int, device) -> torch.Tensor:
     return torch.frombuffer(bytearray(blob.ljust(width, b"\0")), dtype=torch.uint8).to(device)
-
-
-def job_nodes(env=os.environ) -> int:
-    """Nodes of this SLURM job (0 outside one)."""
-    return int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 0)
 
 
 def trainer_tasks(generator_nodes: int, env=os.environ) -> int:
