@@ -22,9 +22,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Optional, Sequence
 
 import torch
-from torch.autograd.graph import increment_version
 
-from scalerl.generation.buckets import Layout
 from scalerl.generation.interface import Generation, SamplingParams
 from scalerl.generation.noise import row_keys, sample_inverse_cdf, uniforms
 from scalerl.models.policy import Policy, positions_from_mask
@@ -52,48 +50,6 @@ class TorchGenerator:
         self.device = device
         self.version = 0
         self._state: Optional[dict[str, torch.Tensor]] = None
-        self._stream: Optional[tuple[Layout, torch.Tensor, list, list[tuple[str, torch.Tensor]]]] = None
-        """``push_stream``'s plan, buffer, the parameters living in it, and the entries copied out of it."""
-
-    @torch.no_grad()
-    def push_stream(self, plan: Layout) -> Optional[torch.Tensor]:
-        """This generator's weights laid out as ``plan``'s byte stream, so a push is received straight
-        into them (``worker.py``: no receive buffer, no copy; the push's cost is then the transport's
-        alone). The first call moves every parameter whose dtype and shape match its entry into one
-        buffer of ``plan.total`` bytes; an entry that has none (a tied name after the first, a buffer,
-        another dtype) is received into its place there and copied by ``received``. None on a GPU:
-        gloo receives into host memory."""
-        if self.device.type != "cpu":
-            return None
-        if self._stream is not None and self._stream[0].specs == plan.specs:
-            return self._stream[1]
-        flat = torch.empty(plan.total, dtype=torch.uint8)
-        params = dict(self.policy.model.named_parameters(remove_duplicate=False))
-        state, homed, copies = self.policy.model.state_dict(), {}, []
-        for spec, at in zip(plan.specs, plan.offsets):
-            if spec.name not in state:
-                raise KeyError(f"weight push: the generator's model has no tensor {spec.name!r}")
-            view = flat[at : at + spec.nbytes].view(spec.torch_dtype).view(spec.shape)
-            p = params.get(spec.name)
-            if p is not None and id(p) not in homed and p.dtype == view.dtype and p.shape == view.shape:
-                view.copy_(p)
-                p.data = view  # the parameter now lives in the stream (a tied one: under its first name)
-                homed[id(p)] = p
-            elif p is None or id(p) not in homed:
-                copies.append((spec.name, view))  # received there, then copied into the model
-        self._stream = (plan, flat, list(homed.values()), copies)
-        self._state = None  # the views of the old storage are gone
-        return flat
-
-    @torch.no_grad()
-    def received(self, version: int) -> None:
-        """A push has arrived in ``push_stream``'s buffer: copy the entries that do not live there."""
-        _, _, homed, copies = self._stream
-        for p in homed:  # gloo wrote their memory behind autograd's back: caches keyed on it must see it (lean.py)
-            increment_version(p)
-        if copies:
-            self.load_weights(copies, version)
-        self.version = version
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:

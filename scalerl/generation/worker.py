@@ -117,10 +117,6 @@ class GeneratorServer:
         self.spoke, self.spec = spoke, spec
         torch.set_num_threads(spec.threads)
         self.generator = build_engine(spec)
-        if hasattr(self.generator, "push_stream") and spec.schema:
-            # Its weights move into the push's layout now, before the trainer waits on a push.
-            # The offsets do not depend on the bucket size a push announces (buckets.layout).
-            self.generator.push_stream(layout(spec.schema))
         self.version: Optional[int] = None
         self.orders: list = []  # heap of (step, job, min_version, shard)
         self.stopping = False
@@ -137,23 +133,13 @@ class GeneratorServer:
                                              payload["shards"][self.spec.rank]))
             elif kind == "push":
                 t = time.monotonic()
-                plan = layout(self.spec.schema, payload["bucket_bytes"])
-                flat = self.generator.push_stream(plan) if hasattr(self.generator, "push_stream") else None
-                if flat is not None:  # straight into the weights, between two decode steps (torch_engine.py)
-                    B = plan.bucket_bytes
-                    waits = [self.spoke.recv_broadcast([flat[k * B : k * B + plan.bucket_size(k)]])
-                             for k in range(plan.n_buckets)]
-                    for wait in waits:
-                        wait()
-                    self.generator.received(payload["version"])
-                else:
-                    # Bucket by bucket into the engine: one bucket (and the next arriving) in memory,
-                    # no full-model receive buffer (buckets.py). Whatever the engine leaves unread is
-                    # still received: every generator must take every bucket of the broadcast.
-                    named = unpack(plan, lambda b: self.spoke.recv_broadcast([b]))
-                    self.generator.load_weights(named, payload["version"])
-                    for _ in named:
-                        pass
+                # Bucket by bucket into the engine: one bucket (and the next arriving) in memory,
+                # no full-model receive buffer (buckets.py). Whatever the engine leaves unread is
+                # still received: every generator must take every bucket of the broadcast.
+                named = unpack(layout(self.spec.schema, payload["bucket_bytes"]), lambda b: self.spoke.recv_broadcast([b]))
+                self.generator.load_weights(named, payload["version"])
+                for _ in named:
+                    pass
                 self.version = payload["version"]
                 self.push_s += time.monotonic() - t
             elif kind == "probe":
