@@ -92,9 +92,13 @@ class Layout:
             at += n
 
 
-def layout(schema: Sequence[TensorSpec], bucket_bytes: int = BUCKET_BYTES) -> Layout:
+def _check_bucket_bytes(bucket_bytes: int) -> None:
     if bucket_bytes <= 0 or bucket_bytes % ALIGN:
         raise ValueError(f"weight push: the bucket size must be a positive multiple of {ALIGN} bytes, got {bucket_bytes}")
+
+
+def layout(schema: Sequence[TensorSpec], bucket_bytes: int = BUCKET_BYTES) -> Layout:
+    _check_bucket_bytes(bucket_bytes)
     offsets, at = [], 0
     for s in schema:
         offsets.append(at)
@@ -162,8 +166,7 @@ def pack_all(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCK
     a sender that must hold the bytes until a later moment (vLLM's relay: an update lands between two
     decode steps, the pairs arrive before). The bytes are those ``layout(schema, bucket_bytes)``
     describes, so ``unpack`` reads them back; built as the pairs come, with no schema in advance."""
-    if bucket_bytes <= 0 or bucket_bytes % ALIGN:
-        raise ValueError(f"weight push: the bucket size must be a positive multiple of {ALIGN} bytes, got {bucket_bytes}")
+    _check_bucket_bytes(bucket_bytes)
     schema: list[TensorSpec] = []
     bufs: list[torch.Tensor] = []
     at = 0

@@ -15,6 +15,7 @@ from typing import Optional
 from scalerl.generation.wire import TransportError, decode
 
 BEAT_S = 1.0
+"""Seconds between two heartbeats of a generator (``Spoke.start_heartbeat``)."""
 
 
 class Heartbeats:

@@ -63,12 +63,12 @@ import torch
 import torch.distributed as dist
 
 from scalerl.generation.heartbeats import BEAT_S, Heartbeats  # noqa: F401 (BEAT_S re-exported)
-from scalerl.generation.trust import LOOPBACK, Signed, gloo_group, handshake, listen_socket, local_address, seconds
+from scalerl.generation.trust import (LOOPBACK, Signed, abort_groups, broadcast, gloo_group, handshake, hosting_store,
+                                     local_address, seconds)
 from scalerl.generation.wire import TransportError, decode, digest, encode, to_bytes_tensor  # noqa: F401 (re-exported)
 
 PROBE_TAG = 1 << 30
 """Gloo tags of probe replies start here; rollout tags are their step number."""
-"""Seconds between two heartbeats of a generator (``Spoke.start_heartbeat``)."""
 
 
 class DeadlineError(TransportError):
@@ -102,13 +102,7 @@ class Hub(Heartbeats):
         """The run's secret: give it to generators through ``SECRET_ENV``, never argv."""
         self.rollout_types = tuple(rollout_types)
         """The dataclasses a rollout or probe reply may hold (``decode``)."""
-        sock = listen_socket(host)
-        self.store = dist.TCPStore(host, sock.getsockname()[1], None, True, seconds(timeout_s),
-                                   wait_for_workers=False, master_listen_fd=sock.fileno())
-        # The store owns the listening fd now and closes it when it is destroyed. Closing the socket
-        # too closed the fd twice: the second close hit whatever file had reused the number since
-        # (EBADF in later, unrelated file reads of the same process: tests/test_transport.py).
-        sock.detach()
+        self.store = hosting_store(host, timeout_s)
         self.signed = Signed(self.store, self.secret)
         self.seq = 0  # control messages sent
         self.forgotten = 0  # control messages every generator has read, deleted from the store
@@ -197,9 +191,7 @@ class Hub(Heartbeats):
         Call it only after the push was announced on the control stream: a generator enters the
         broadcast when it reads the announcement (at its next decode step), so the trainer's
         ``finish`` waits at most that long, never for a generator that does not know."""
-        opts = dist.BroadcastOptions()
-        opts.rootRank, opts.timeout = 0, seconds(self.timeout_s)
-        return [self._weights.broadcast([b], opts) for b in bufs]
+        return broadcast(self._weights, bufs, self.timeout_s)
 
     def finish(self, works: Sequence, stage: str) -> None:
         """Wait for started works, failing with the stage's name."""
@@ -211,7 +203,7 @@ class Hub(Heartbeats):
             raise TransportError(f"{stage}: {e}") from None
 
     def close(self) -> None:
-        _abort(self._rollouts, self._weights)
+        abort_groups(self._rollouts, self._weights)
         self._rollouts = self._weights = None  # the store (and its listening fd) goes with the hub
 
 
@@ -315,9 +307,7 @@ class Spoke:
         """Start receiving the trainer's next buckets into ``bufs`` (over connections ``handshake``
         authenticated: a digest of every push would cost seconds for a large model); returns the
         function that waits for them, so a generator can copy one bucket while the next arrives."""
-        opts = dist.BroadcastOptions()
-        opts.rootRank, opts.timeout = 0, seconds(self.timeout_s)
-        works = [self._weights.broadcast([b], opts) for b in bufs]
+        works = broadcast(self._weights, bufs, self.timeout_s)
 
         def wait() -> None:
             for w in works:
@@ -328,7 +318,7 @@ class Spoke:
     def close(self) -> None:
         """Abort the process groups: sends the trainer will never receive (it stopped first) must
         not hold this process at exit. The heartbeat's last beat says "stopped"."""
-        _abort(self._rollouts, self._weights)
+        abort_groups(self._rollouts, self._weights)
         self._rollouts = self._weights = None
         self._sends.clear()
         if self._beating is not None:
@@ -348,13 +338,3 @@ class Spoke:
             self.signed.set(f"error/{self.j}", text.encode()[-4000:])
         except Exception:  # the trainer is gone too: nobody to tell
             pass
-
-
-def _abort(*groups) -> None:
-    """Abort process groups without waiting on their peers; one already broken has nothing left to release."""
-    for g in groups:
-        if g is not None:
-            try:
-                g.abort()
-            except Exception:  # already broken: nothing left to release
-                pass

@@ -131,6 +131,36 @@ def listen_socket(host: str) -> socket.socket:
     return socket.create_server((host, 0), family=family, backlog=128)
 
 
+def hosting_store(host: str, timeout_s: float):
+    """A ``TCPStore`` server listening on ``host`` only, on a free port (gloo's default would bind
+    every interface)."""
+    sock = listen_socket(host)
+    store = dist.TCPStore(host, sock.getsockname()[1], None, True, seconds(timeout_s),
+                          wait_for_workers=False, master_listen_fd=sock.fileno())
+    # The store owns the listening fd now and closes it when it is destroyed. Closing the socket
+    # too closed the fd twice: the second close hit whatever file had reused the number since
+    # (EBADF in later, unrelated file reads of the same process: tests/test_transport.py).
+    sock.detach()
+    return store
+
+
+def broadcast(group, bufs, timeout_s: float) -> list:
+    """Start a broadcast from rank 0 of each of ``bufs`` over ``group``; returns the pending works."""
+    opts = dist.BroadcastOptions()
+    opts.rootRank, opts.timeout = 0, seconds(timeout_s)
+    return [group.broadcast([b], opts) for b in bufs]
+
+
+def abort_groups(*groups) -> None:
+    """Abort process groups without waiting on their peers; one already broken has nothing left to release."""
+    for g in groups:
+        if g is not None:
+            try:
+                g.abort()
+            except Exception:  # already broken: nothing left to release
+                pass
+
+
 def local_address(host: str, port: int) -> str:
     """This machine's address on the route to ``host`` (where a generator's gloo sockets listen)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

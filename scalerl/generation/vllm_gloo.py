@@ -24,7 +24,7 @@ from __future__ import annotations
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -35,7 +35,8 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 from scalerl.generation.buckets import BUCKET_BYTES, TensorSpec, layout, pack_all, unpack
-from scalerl.generation.trust import LOOPBACK, gloo_group, handshake, listen_socket, seconds
+from scalerl.generation.trust import LOOPBACK, abort_groups, broadcast, gloo_group, handshake, hosting_store, seconds
+from scalerl.generation.vllm_transfer import LayerwiseReload
 
 BACKEND = "scalerl_gloo"
 GROUP = "vllm-weights"
@@ -73,13 +74,7 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
         return [TensorSpec(n, tuple(s), d) for n, d, s in zip(self.names, self.dtypes, self.shapes)]
 
 
-def _broadcast(group, buf: torch.Tensor, timeout_s: float):
-    opts = dist.BroadcastOptions()
-    opts.rootRank, opts.timeout = 0, seconds(timeout_s)
-    return group.broadcast([buf], opts)
-
-
-class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
+class GlooWeightTransferEngine(LayerwiseReload, WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
     """Worker side (in vLLM's worker process): joins the group, receives buckets into the model."""
 
     init_info_cls = GlooInitInfo
@@ -95,19 +90,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
                                 init_info.master_address)
         handshake(self.group, rank, init_info.world_size, bytes.fromhex(init_info.secret), GROUP, init_info.timeout_s)
 
-    def start_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-        initialize_layerwise_reload(self.model)
-
-    def update_weights(self, update_info: dict[str, Any]) -> None:
-        # The base class synchronises an accelerator after receiving, which a CPU worker lacks; the
-        # copies into the model are synchronous on CPU and stream-ordered on a GPU.
-        self.receive_weights(self.parse_update_info(update_info))
-
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         def recv(buf: torch.Tensor):
-            work = _broadcast(self.group, buf, self.timeout_s)
+            (work,) = broadcast(self.group, [buf], self.timeout_s)
             return lambda: work.wait(seconds(self.timeout_s))
 
         named = unpack(layout(update_info.schema(), update_info.bucket_bytes), recv)
@@ -115,15 +100,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         for _ in named:  # every rank takes every bucket of the broadcast, read or not
             pass
 
-    def finish_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-        finalize_layerwise_reload(self.model, self.model_config)
-
     def shutdown(self) -> None:
-        group, self.group = getattr(self, "group", None), None
-        if group is not None and hasattr(group, "abort"):
-            group.abort()
+        abort_groups(getattr(self, "group", None))
+        self.group = None
 
 
 class GlooRelay:
@@ -132,10 +111,7 @@ class GlooRelay:
     def __init__(self, llm, workers: int, timeout_s: float = TIMEOUT_S):
         self.llm, self.size, self.timeout_s = llm, 1 + workers, timeout_s
         secret = secrets.token_bytes(32)
-        sock = listen_socket(LOOPBACK)
-        self.store = dist.TCPStore(LOOPBACK, sock.getsockname()[1], None, True, seconds(timeout_s),
-                                   wait_for_workers=False, master_listen_fd=sock.fileno())
-        sock.detach()  # the store owns the fd now (see transport.Hub)
+        self.store = hosting_store(LOOPBACK, timeout_s)
         info = GlooInitInfo(master_address=LOOPBACK, master_port=self.store.port, world_size=self.size,
                             secret=secret.hex(), timeout_s=timeout_s)
         # The workers wait inside init_weight_transfer_engine for the group: join it beside them.
@@ -158,14 +134,12 @@ class GlooRelay:
         ex = ThreadPoolExecutor(max_workers=1)
         try:
             received = ex.submit(self.llm.update_weights, {"update_info": update_info})
-            works = [_broadcast(self.group, b, self.timeout_s) for b in bufs]
-            for w in works:
+            for w in broadcast(self.group, bufs, self.timeout_s):
                 w.wait(seconds(self.timeout_s))
             received.result()
         finally:
             ex.shutdown(wait=False)  # after a failed broadcast the worker never answers; do not wait on it
 
     def close(self) -> None:
-        group, self.group = self.group, None
-        if group is not None and hasattr(group, "abort"):
-            group.abort()
+        abort_groups(self.group)
+        self.group = None

@@ -78,14 +78,10 @@ class InlineUpdateInfo(WeightTransferUpdateInfo):
         return out
 
 
-class InlineWeightTransferEngine(WeightTransferEngine[InlineInitInfo, InlineUpdateInfo]):
-    """Worker side: vLLM's checkpoint-format reload lifecycle, tensors received in-band."""
-
-    init_info_cls = InlineInitInfo
-    update_info_cls = InlineUpdateInfo
-
-    def init_transfer_engine(self, init_info: InlineInitInfo) -> None:
-        pass
+class LayerwiseReload(WeightTransferEngine):
+    """The worker-side lifecycle scalerl's data planes share (``scalerl_inline`` here, ``scalerl_gloo``
+    in vllm_gloo.py): vLLM's checkpoint-format layerwise reload around the ``(name, tensor)`` pairs
+    a subclass's ``receive_weights`` feeds to ``load_weights``."""
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
@@ -94,16 +90,26 @@ class InlineWeightTransferEngine(WeightTransferEngine[InlineInitInfo, InlineUpda
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
         # The base class synchronises the accelerator after receiving, which a CPU
-        # worker does not have; the copy below is synchronous on CPU and ordered on GPU.
+        # worker does not have; the copies into the model are synchronous on CPU and ordered on GPU.
         self.receive_weights(self.parse_update_info(update_info))
-
-    def receive_weights(self, update_info: InlineUpdateInfo) -> None:
-        self.model.load_weights([(n, t.to(self.device)) for n, t in update_info.tensors()])
 
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
         finalize_layerwise_reload(self.model, self.model_config)
+
+
+class InlineWeightTransferEngine(LayerwiseReload, WeightTransferEngine[InlineInitInfo, InlineUpdateInfo]):
+    """Worker side: vLLM's checkpoint-format reload lifecycle, tensors received in-band."""
+
+    init_info_cls = InlineInitInfo
+    update_info_cls = InlineUpdateInfo
+
+    def init_transfer_engine(self, init_info: InlineInitInfo) -> None:
+        pass
+
+    def receive_weights(self, update_info: InlineUpdateInfo) -> None:
+        self.model.load_weights([(n, t.to(self.device)) for n, t in update_info.tensors()])
 
     def shutdown(self) -> None:
         pass
