@@ -43,6 +43,16 @@ def run(cfg, run_dir):
     return train(cfg, run_dir, run_name=run_dir.name, group="test", config_dict={})
 
 
+def small_buckets(monkeypatch, bucket_bytes=16 << 10):
+    """Pushes in 16 KiB buckets: the tiny model's matrices (all under the default 64 MiB bucket's 4 MiB
+    share) then travel in buckets of their own and are received straight into the generator's weights
+    (buckets.unpack's ``into``); the default sends them all in one shared bucket, copied out."""
+    import scalerl.generation.pool as pool_module
+
+    real = pool_module.layout
+    monkeypatch.setattr(pool_module, "layout", lambda schema, _: real(schema, bucket_bytes))
+
+
 def rows(run_dir, name="steps.jsonl"):
     return [{k: v for k, v in r.items() if k not in VOLATILE} for r in JsonlFile(run_dir / name).rows()]
 
@@ -244,11 +254,14 @@ def test_an_in_process_generator_with_its_own_body_dtype_gets_its_own_weights(ti
 
 
 @pytest.mark.slow
-def test_pipeline_with_max_lag_0_reproduces_the_sync_run_bit_for_bit(tiny_cfg, tmp_path):
+def test_pipeline_with_max_lag_0_reproduces_the_sync_run_bit_for_bit(tiny_cfg, tmp_path, monkeypatch):
     # One generator process, its own weights pushed every step, streaming at max_lag 0: the transport
-    # and the pushes lose nothing, so the run equals the in-process synchronous one exactly.
+    # and the pushes lose nothing, so the run equals the in-process synchronous one exactly. The pushes
+    # are received in place (small buckets): the generator's weights keep their addresses, and the bits
+    # of the run stay the same (weights moved to another layout changed them: benchmarks/RESULTS.md).
     short = ["train.steps=4", "train.eval_every=2"]
     run(tiny_cfg(*short), tmp_path / "sync")
+    small_buckets(monkeypatch)
     run(tiny_cfg(*short, "async=pipeline_rl", "async.max_lag=0", *FAST), tmp_path / "pipe")
     for name in ("steps.jsonl", "metrics.jsonl"):
         assert rows(tmp_path / "pipe", name) == rows(tmp_path / "sync", name)
@@ -333,7 +346,9 @@ def test_ppo_off_policy_k1_is_sync_and_k3_trains_three_steps_per_phase(tiny_cfg,
     run(tiny_cfg(*short, "async=ppo_off_policy", "async.k=3"), tmp_path / "k3")
     assert "".join("g" if e == "gen" else "o" for e in events) == "gggooo" * 2  # one version, three steps
     assert [s["staleness_max"] for s in rows(tmp_path / "k3")] == [0, 1, 2, 0, 1, 2]
-    # The same phases with a generator process (weights pushed every third step, between batches).
+    # The same phases with a generator process (weights pushed every third step, between batches,
+    # received in place).
+    small_buckets(monkeypatch)
     run(tiny_cfg(*short, "async=ppo_off_policy", "async.k=3", "async.generators=1", *FAST), tmp_path / "k3_process")
     assert rows(tmp_path / "k3_process") == rows(tmp_path / "k3")
 

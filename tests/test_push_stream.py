@@ -30,7 +30,7 @@ def _round_trip(state, dtype, bucket_bytes):
     bufs = [torch.full((bucket_bytes,), 255, dtype=torch.uint8) for _ in range(2)]
     sent = []
     for k, bucket in pack(plan, in_order(plan, state), bufs):
-        assert bucket.data_ptr() == bufs[k % 2].data_ptr()  # two buffers, reused in turn
+        assert any(buf.data_ptr() <= bucket.data_ptr() < buf.data_ptr() + bucket_bytes for buf in bufs)  # no other memory
         sent.append(bucket.clone())
     arriving = iter(sent)
 
@@ -44,15 +44,34 @@ def _round_trip(state, dtype, bucket_bytes):
 def test_the_layout_by_hand():
     plan = layout(weight_schema(_state(), "bfloat16"), bucket_bytes=32)
     # bf16 floats, int64 kept: a 12 B at 0; n 40 B at 16; big 80 B at 64 (16-aligned); empty 0 B at 144;
-    # c 6 B at 144. Total 150 B -> 5 buckets of 32 B, the last 22 B.
+    # c 6 B at 144: a stream of 150 B. At 32 B buckets a tensor of >= 16 B (ALIGN, the floor of 32 / 16)
+    # has buckets of its own: a [0, 12); n [16, 48) [48, 56); big [64, 96) [96, 128) [128, 144); c [144, 150).
+    # The alignment gaps (12..16, 56..64) do not travel: 138 B in 7 buckets.
     assert [s.dtype for s in plan.specs] == ["bfloat16", "int64", "bfloat16", "bfloat16", "bfloat16"]
     assert plan.offsets == (0, 16, 64, 144, 144) and plan.total == 150
-    assert plan.n_buckets == 5 and plan.bucket_size(4) == 22
-    # n spans buckets 0 (bytes 16..32) and 1 (32..56); big spans buckets 2, 3 and 4.
-    assert list(plan.pieces(1)) == [(0, 16, 0, 16), (1, 0, 16, 40)]
-    assert list(plan.pieces(2)) == [(2, 0, 0, 32), (3, 0, 32, 64), (4, 0, 64, 80)]
+    assert plan.starts == (0, 16, 48, 64, 96, 128, 144) and plan.ends == (12, 48, 56, 96, 128, 144, 150)
+    assert plan.own == (-1, 1, 1, 2, 2, 2, -1) and plan.nbytes == 138
+    assert list(plan.pieces(1)) == [(1, 0, 0, 32), (2, 0, 32, 40)]
+    assert list(plan.pieces(2)) == [(3, 0, 0, 32), (4, 0, 32, 64), (5, 0, 64, 80)]
+    assert list(plan.pieces(3)) == []  # the empty tensor travels in no bucket
     with pytest.raises(ValueError, match="multiple of 16"):
         layout(plan.specs, 40)
+
+
+def test_small_tensors_share_a_bucket_and_never_straddle_one():
+    # 512 B buckets: own buckets from 512 / 16 = 32 B. w1 8 B at 0 and w2 12 B at 16 share bucket 0
+    # [0, 28); big 600 B at 32 is cut at 512 B: [32, 544) [544, 632); w3 6 B at 640 and w4 16 B at 656
+    # share [640, 672). A small tensor that would cross the 512 B mark opens a bucket instead.
+    spec = weight_schema({"w1": torch.zeros(4, dtype=torch.bfloat16), "w2": torch.zeros(6, dtype=torch.bfloat16),
+                          "big": torch.zeros(300, dtype=torch.bfloat16), "w3": torch.zeros(3, dtype=torch.bfloat16),
+                          "w4": torch.zeros(2, dtype=torch.int64)})
+    plan = layout(spec, 512)
+    assert plan.offsets == (0, 16, 32, 640, 656)
+    assert plan.starts == (0, 32, 544, 640) and plan.ends == (28, 544, 632, 672) and plan.own == (-1, 2, 2, -1)
+    assert list(plan.pieces(4)) == [(3, 16, 0, 16)]
+    small = weight_schema({f"s{i}": torch.zeros(7) for i in range(40)})  # 28 B each, 32 B apart: 16 per 512 B
+    plan = layout(small, 512)
+    assert plan.own == (-1, -1, -1) and plan.starts == (0, 512, 1024) and plan.ends == (508, 1020, 1276)
 
 
 @pytest.mark.parametrize("dtype,bucket_bytes", [(None, 16), (None, 48), ("bfloat16", 32), ("bfloat16", 4096)])
@@ -63,7 +82,7 @@ def test_buckets_round_trip_in_the_generators_dtype(dtype, bucket_bytes):
     for (name, t), (_, ref) in zip(got, state.items()):
         want = ref.to(torch.bfloat16) if dtype and ref.is_floating_point() else ref
         assert t.dtype == want.dtype and torch.equal(t, want), name
-    assert sum(b.numel() for b in sent) == plan.total  # only the stream's bytes travel
+    assert sum(b.numel() for b in sent) == plan.nbytes <= plan.total  # the stream's bytes, less gaps between buckets
 
 
 @pytest.mark.parametrize("bucket_bytes", [16, 48, 4096])
@@ -101,6 +120,55 @@ def test_a_receiver_reuses_a_bucket_only_once_no_view_of_it_is_alive():
             kept.append(t if keep else t.clone())  # an engine that holds views, or one that copies at once
         assert [float(t[0]) for t in kept] == [float(i) for i in range(12)]
         assert len(buffers) == (12 if keep else 3)  # the one read, the one arriving, and one freed
+
+
+def test_a_receiver_takes_a_tensor_with_buckets_of_its_own_in_place():
+    # 64 B buckets (own from 16 B): a (24 B) and big (160 B: 3 buckets) are received straight into the
+    # receiver's tensors, n (int64, 40 B) is refused as a destination (the receiver holds it as int32),
+    # c (12 B) is small and shares a bucket. Only n's buckets and c's take a receive buffer.
+    state = _state()
+    plan, sent, _ = _round_trip(state, None, 64)
+    mine = {"a": torch.zeros(2, 3), "n": torch.zeros(5, dtype=torch.int32), "big": torch.zeros(40),
+            "c": torch.zeros(3), "empty": torch.zeros(0, 3)}
+    before = {k: t.data_ptr() for k, t in mine.items()}
+    arriving, into_mine = iter(sent), []
+
+    def recv(buf):
+        inside = [k for k, t in mine.items() if t.numel() and
+                  t.data_ptr() <= buf.data_ptr() < t.data_ptr() + t.numel() * t.element_size()]
+        into_mine.extend(inside)
+        src = next(arriving)
+        return lambda: buf.copy_(src)
+
+    got = dict(unpack(plan, recv, into=lambda spec: mine[spec.name]))
+    assert into_mine == ["a", "big", "big", "big"]  # n (wrong dtype) and c (shared bucket) go through buffers
+    for name in ("a", "big"):  # the receiver's own tensors, at their own addresses, with the pushed values
+        assert got[name] is not mine[name] and got[name].data_ptr() == before[name] == mine[name].data_ptr()
+        assert torch.equal(mine[name], state[name])
+    assert all(torch.equal(got[k], state[k]) and got[k].dtype == state[k].dtype for k in state)
+    assert torch.equal(mine["c"], torch.zeros(3))  # a shared bucket's tensor is the consumer's to copy
+
+
+def test_small_buckets_share_a_buffer_and_a_buffer_is_refilled_only_after_reuse():
+    # 12 tensors of 16 B, 16 B buckets, two buffers of 64 B: buckets 0-3 fill buffer 0, 4-7 buffer 1,
+    # 8-11 buffer 0 again, and reuse(0) comes before bucket 8 is written: a sender keeps four buckets
+    # of a buffer in flight and waits once per buffer, not once per bucket.
+    state = {f"w{i}": torch.full((4,), float(i)) for i in range(12)}
+    plan = layout(weight_schema(state), 16)
+    bufs = [torch.zeros(64, dtype=torch.uint8) for _ in range(2)]
+    flying, calls = [], []
+
+    def reuse(b):
+        calls.append((b, len(flying)))
+        for view, want in flying:  # every bucket still in flight is intact when its buffer is handed back
+            assert torch.equal(view, want)
+        flying[:] = [(v, w) for v, w in flying if v.data_ptr() - bufs[b].data_ptr() not in range(64)]
+
+    for k, bucket in pack(plan, in_order(plan, state), bufs, reuse):
+        assert bucket.data_ptr() == bufs[(k // 4) % 2].data_ptr() + 16 * (k % 4)
+        flying.append((bucket, bucket.clone()))
+    assert calls == [(0, 0), (1, 4), (0, 8)]
+    assert all(torch.equal(v, w) for v, w in flying)
 
 
 def test_a_push_out_of_order_or_incomplete_is_refused():

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -29,7 +29,7 @@ from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
 from scalerl.generation.transport import PROBE_TAG, Hub
 from scalerl.generation.trust import SECRET_ENV, run_host
-from scalerl.generation.buckets import BUCKET_BYTES, in_order, layout, pack, weight_schema
+from scalerl.generation.buckets import BUCKET_BYTES, in_order, layout, pack, packed_bytes, weight_schema
 from scalerl.generation.worker import Shard, WorkerSpec
 
 
@@ -120,7 +120,7 @@ class GeneratorPool:
         self.hub: Hub | None = None
         self.procs: list[subprocess.Popen] = []
         self.probes = 0
-        self.pending = None  # the push in flight: (works, stage)
+        self.pending: Callable[[], None] | None = None  # waits for the push in flight
 
     @property
     def pids(self) -> list[int]:
@@ -160,44 +160,49 @@ class GeneratorPool:
 
     def push(self, version: int, state: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> float:
         """Send the trainer's weights to every generator, streamed: each tensor is cast to the
-        generator's dtype straight into one of two bucket buffers, and bucket k is broadcast while
-        bucket k+1 is packed, so the push holds two buckets, never a copy of the model.
+        generator's dtype straight into one of two bucket-sized buffers, and the buckets of one
+        buffer are broadcast while the other is packed, so the push holds two buffers, never a
+        copy of the model.
 
         ``state``: a dict, or ``(name, tensor)`` pairs in schema order, e.g.
         ``train.weights.trainer_tensors``, which gathers a sharded trainer's weights a group at a
         time while this consumes them (the pool's rank joins each gather as it packs).
 
         Memory against overlap: the weights are read while they are sent, so this returns only
-        once every bucket but the last is through (each generator joins at its next decode step);
-        the trainer's next optimizer step would change tensors not yet sent. The previous push
-        packed a full copy and returned at once, its broadcast overlapping the next step: that
-        copy (and one more per generator) was a model's worth of memory per push, which a large
-        model on a trainer GPU cannot spare. The last bucket still goes on while the trainer works
-        (``settle`` waits for it). Returns the seconds the trainer was held up."""
+        once every tensor is in a buffer, which is once all but the last two buffers' worth is
+        through (each generator joins at its next decode step); the trainer's next optimizer step
+        would change tensors not yet packed. The previous push packed a full copy and returned at
+        once, its broadcast overlapping the next step: that copy (and one more per generator) was a
+        model's worth of memory per push, which a large model on a trainer GPU cannot spare. The
+        buckets of the last two buffers still go on while the trainer works (``settle`` waits for
+        them). Returns the seconds the trainer was held up."""
         t = time.perf_counter()
         self.settle()
         named = in_order(self.layout, state)
+        stage = f"pushing weights (version {version})"
         if not self.bufs:
             # CPU buffers: the gloo group sends from host memory (NCCL would want them on the GPU).
-            self.bufs = [torch.empty(self.layout.bucket_bytes if self.layout.n_buckets > 1 else self.layout.total,
-                                     dtype=torch.uint8) for _ in range(min(2, self.layout.n_buckets))]
-        stage = f"pushing weights (version {version})"
+            self.bufs = [torch.empty(min(self.layout.bucket_bytes, packed_bytes(self.layout)), dtype=torch.uint8)
+                         for _ in range(min(2, self.layout.n_buckets))]
         # Announced first: a generator enters the broadcast only after it has read this (transport.py).
         self.hub.send("push", {"version": version, "bucket_bytes": self.layout.bucket_bytes})
-        works: dict[int, list] = {}
-        for k, bucket in pack(self.layout, named, self.bufs):
-            works[k] = self.hub.start_broadcast([bucket])
-            if k - 1 in works:  # its buffer is the one the next bucket fills
-                self.hub.finish(works.pop(k - 1), stage)
-        self.pending = ([w for ws in works.values() for w in ws], stage)
+        held: list[list] = []  # the started broadcasts of each buffer's fill, oldest first
+
+        def reuse(_b: int) -> None:  # a buffer is filled again: the fill before in it must be through
+            held.append([])
+            if len(held) > len(self.bufs):
+                self.hub.finish(held.pop(0), stage)
+
+        for _, bucket in pack(self.layout, named, self.bufs, reuse):
+            held[-1] += self.hub.start_broadcast([bucket])
+        self.pending = lambda: self.hub.finish([w for ws in held for w in ws], stage)
         return time.perf_counter() - t
 
     def settle(self) -> None:
         """Wait until the last push has reached every generator."""
         if self.pending is not None:
-            works, stage = self.pending
-            self.pending = None
-            self.hub.finish(works, stage)
+            wait, self.pending = self.pending, None
+            wait()
 
     def collect(self, job: int, step: int) -> list[tuple[Generation, dict]]:
         """Every generator's shard of ``job`` with its header (its clock, its sampler's state), in rank order."""

@@ -117,6 +117,11 @@ class GeneratorServer:
         self.spoke, self.spec = spoke, spec
         torch.set_num_threads(spec.threads)
         self.generator = build_engine(spec)
+        policy = getattr(self.generator, "policy", None)
+        self.weights = dict(policy.model.state_dict()) if policy is not None else {}
+        """The engine's own tensors by name, when its model lives in this process (the torch engine):
+        a push's large tensors are received straight into them (``buckets.unpack``'s ``into``)."""
+        own_pages(self.weights.values())
         self.version: Optional[int] = None
         self.orders: list = []  # heap of (step, job, min_version, shard)
         self.stopping = False
@@ -134,9 +139,11 @@ class GeneratorServer:
             elif kind == "push":
                 t = time.monotonic()
                 # Bucket by bucket into the engine: one bucket (and the next arriving) in memory,
-                # no full-model receive buffer (buckets.py). Whatever the engine leaves unread is
-                # still received: every generator must take every bucket of the broadcast.
-                named = unpack(layout(self.spec.schema, payload["bucket_bytes"]), lambda b: self.spoke.recv_broadcast([b]))
+                # no full-model receive buffer, and a large tensor straight into its weights, with
+                # no copy (buckets.py). Whatever the engine leaves unread is still received: every
+                # generator must take every bucket of the broadcast.
+                named = unpack(layout(self.spec.schema, payload["bucket_bytes"]),
+                               lambda b: self.spoke.recv_broadcast([b]), into=lambda s: self.weights.get(s.name))
                 self.generator.load_weights(named, payload["version"])
                 for _ in named:
                     pass
@@ -231,6 +238,22 @@ class GeneratorServer:
         # Through a fresh cache, as the sampler's prefill: the probe checks the path that samples.
         h, _ = pol.hidden(ids, mask, positions_from_mask(mask), cache=pol.new_cache(ids.shape[1]))
         return pol.logits(h[:, -1], side="gen").cpu()
+
+
+def own_pages(tensors, chunk: int = 16 << 20) -> None:
+    """Write each tensor's bytes back onto itself, once, at start-up. A checkpoint loaded in its own
+    dtype is mapped from the file (copy-on-write), so the first write to each page copies it: done
+    here, by torch, rather than inside the first push's socket reads, where those faults made the
+    first push of a Qwen2-0.5B shape 4 s against 0.8 s (benchmarks/RESULTS.md, 2026-12-02). The
+    values and the addresses stay as they are (a moved weight changed the last bits of a run)."""
+    seen = set()
+    for t in tensors:
+        if t.device.type != "cpu" or not t.is_contiguous() or t.data_ptr() in seen or not t.numel():
+            continue
+        seen.add(t.data_ptr())
+        raw = t.detach().reshape(-1).view(torch.uint8)
+        for a in range(0, raw.numel(), chunk):
+            raw[a : a + chunk].copy_(raw[a : a + chunk].clone())
 
 
 def build_engine(spec: WorkerSpec):
