@@ -101,6 +101,49 @@ def test_after_an_in_flight_push_the_vllm_generator_samples_the_trainers_new_wei
     assert stale.mean() > 0.05  # the push really changed the policy
 
 
+TWO_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+
+
+@pytest.mark.slow  # a vLLM generator process on a second GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not TWO_GPUS, reason="vLLM's nccl data plane needs 2 GPUs (NCCL pairs distinct devices); "
+                                         "benchmarks/gpu_check_vllm.sh runs it on such a machine")
+def test_a_push_over_vllms_nccl_plane_reaches_a_generator_on_another_gpu(ckpt, prompts):
+    """``generation.weight_transfer=nccl``: the trainer on cuda:0 broadcasts each push in the
+    generator's dtype straight to the vLLM worker of a generator process on cuda:1 (vllm_nccl.py).
+    After the push the generator samples the trainer's new policy: its behaviour log-probs equal the
+    trainer's (fp32 both sides), and differ clearly from the old weights'. Not run here: no GPU."""
+    old, _ = trainer_policy(ckpt, torch.float32, "fp32_head", Fp32HeadConfig(), 1.0)
+    new, _ = trainer_policy(ckpt, torch.float32, "fp32_head", Fp32HeadConfig(), 1.0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for w in new.model.parameters():
+            w.add_(torch.randn_like(w) * 0.05)
+    heads = functools.partial(PRECISIONS["fp32_head"].fn, cfg=Fp32HeadConfig())
+    spec = WorkerSpec(rank=0, n_generators=1, checkpoint=str(ckpt), device="cpu", dtype="float32",
+                      compute_dtype="float32", heads=heads, attn_implementation=None, threads=1, timeout_s=240,
+                      in_flight=True, schema=(), generation="vllm", seed=0,
+                      generation_cfg=VLLMGenerationConfig(kv_cache_gb=0.25, weight_transfer="nccl",
+                                                          gpu_memory_utilization=0.4))
+    gpu = torch.device("cuda:0")
+    pool = GeneratorPool(spec, 1, old.model.state_dict(), devices=["cuda:1"], device=gpu)
+    p = seeded(params(1.0, n=2, max_new=6, eos=NEVER), 4, len(prompts))
+    try:
+        pool.start()  # joins the NCCL group: rank 0 here, the generator's vLLM worker rank 1
+        pool.push(0, {k: v.to(gpu) for k, v in old.model.state_dict().items()})
+        pool.push(1, {k: v.to(gpu) for k, v in new.model.state_dict().items()})
+        pool.order(1, 1, 1, [Shard(prompts, p)])
+        (b, _), = pool.collect(1, 1)
+    finally:
+        pool.close()
+    assert (b.version[b.present] == 1).all()
+    d_new = (b.logprobs - recomputed(new, prompts, b, 2))[b.sampled].abs()
+    stale = (b.logprobs - recomputed(old, prompts, b, 2))[b.sampled].abs()
+    print(f"\n[vLLM nccl plane] |dlogp| vs the trainer's pushed weights {d_new.max():.2e}, vs the old ones "
+          f"{stale.mean():.2e} (mean)")
+    assert d_new.max() < 1e-4 and stale.mean() > 0.05
+
+
 @pytest.mark.slow
 def test_pipeline_rl_with_vllm_generators_end_to_end_with_a_crash_and_resume(tmp_path):
     """``generation=vllm async=pipeline_rl`` through the entry point, killed during its step-4 eval and

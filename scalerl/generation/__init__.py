@@ -11,7 +11,8 @@ engine is behind it is the option:
 - ``torch``: in-process batched KV-cache sampler over the trainer's own model
   (``torch_engine.py``), the default for the embedded model;
 - ``vllm``: a vLLM engine in its own processes (``vllm_engine.py``, weight pushes in
-  ``vllm_transfer.py``), the paper's generator. Only those two modules import vLLM.
+  ``vllm_transfer.py`` and ``vllm_gloo.py``), the paper's generator. Only those modules import
+  vLLM; ``vllm_nccl.py``, the trainer's side of vLLM's NCCL plane, speaks its format without it.
 
 An option is ``fn(ctx, *, cfg) -> Generator`` (``BuildFn`` in ``base.py``); its module
 holds the schema and must not import torch, transformers or vLLM at module level.

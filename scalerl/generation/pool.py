@@ -24,12 +24,14 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from scalerl.core.errors import check
 from scalerl.core.jsonio import write_json_atomic
 from scalerl.generation import GENERATORS
 from scalerl.generation.interface import Generation
 from scalerl.generation.transport import PROBE_TAG, Hub
 from scalerl.generation.trust import SECRET_ENV, run_host
 from scalerl.generation.buckets import BUCKET_BYTES, in_order, layout, pack, packed_bytes, weight_schema
+from scalerl.generation.vllm_nccl import NcclPlane
 from scalerl.generation.worker import Shard, WorkerSpec
 
 
@@ -97,7 +99,8 @@ class GeneratorPool:
 
     def __init__(self, spec: WorkerSpec, n: int, state: Mapping[str, torch.Tensor], devices: Sequence[str] = (),
                  bucket_bytes: int = BUCKET_BYTES, external: int = 0, host: str | None = None,
-                 secret_dir: str | Path | None = None, rendezvous: Path | None = None):
+                 secret_dir: str | Path | None = None, rendezvous: Path | None = None,
+                 device: torch.device | str = "cpu"):
         """``spec``: the settings every generator shares (rank and schema are filled in here);
         ``state``: the trainer's weights (their names and shapes fix the push schema; only shapes
         are read, so a sharded ``model.state_dict()`` needs no gather);
@@ -107,7 +110,8 @@ class GeneratorPool:
         address when ``MASTER_ADDR`` is unset (``trust.run_host``); ``secret_dir``: where the
         secret file for an operator goes (default ``~/.scalerl/secrets``); ``rendezvous``: a file
         to write the address and the secret file's path to, for generators the job itself starts
-        on its generator nodes (``job_rendezvous``; ``launch/roles.py`` reads it)."""
+        on its generator nodes (``job_rendezvous``; ``launch/roles.py`` reads it); ``device``: this
+        trainer rank's, which vLLM's NCCL data plane broadcasts from (``vllm_nccl.py``)."""
         self.n, self.timeout_s = n, spec.timeout_s
         self.local = n - external  # generators 0 .. local-1 are this process's children
         self.host, self.secret_dir, self.secret_file, self.rendezvous = host, secret_dir, None, rendezvous
@@ -117,6 +121,14 @@ class GeneratorPool:
         self.spec = replace(spec, schema=self.schema, n_generators=n)
         self.layout = layout(self.schema, bucket_bytes)
         self.bufs: list[torch.Tensor] = []  # the two bucket buffers of a push, made at the first
+        # generation.weight_transfer=nccl: pushes go from this GPU to vLLM's workers, not over gloo.
+        nccl = getattr(spec.generation_cfg, "weight_transfer", None) == "nccl"
+        if nccl:  # NCCL pairs distinct devices only (this process's generators; external ones run elsewhere)
+            shared = ", ".join(str(j) for j in range(self.local) if torch.device(self.devices[j]) == torch.device(device))
+            check(not shared, "generation.weight_transfer",
+                  f"nccl needs every generator on a GPU of its own, and generator(s) {shared} would share the "
+                  f"trainer's {device} (too few GPUs on this node); use generation.weight_transfer=gloo")
+        self.nccl = NcclPlane(self.schema, device, n, spec.generation_cfg.model_shards()) if nccl else None
         self.hub: Hub | None = None
         self.procs: list[subprocess.Popen] = []
         self.probes = 0
@@ -146,6 +158,8 @@ class GeneratorPool:
                 # this user can read (argv is world-readable)
                 env={"TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, SECRET_ENV: self.hub.secret.hex()}))
         self.hub.connect()
+        if self.nccl is not None:
+            self.nccl.connect(self.hub)
 
     def _death(self, j: int) -> str | None:
         """The fast path for a child: its exit status (an external one has only its heartbeat)."""
@@ -175,11 +189,18 @@ class GeneratorPool:
         once, its broadcast overlapping the next step: that copy (and one more per generator) was a
         model's worth of memory per push, which a large model on a trainer GPU cannot spare. The
         buckets of the last two buffers still go on while the trainer works (``settle`` waits for
-        them). Returns the seconds the trainer was held up."""
+        them). Returns the seconds the trainer was held up.
+
+        With ``generation.weight_transfer=nccl`` the push goes from this rank's GPU straight to
+        vLLM's workers instead (``vllm_nccl.NcclPlane``), no host buffers involved."""
         t = time.perf_counter()
         self.settle()
         named = in_order(self.layout, state)
         stage = f"pushing weights (version {version})"
+        if self.nccl is not None:  # straight from this GPU to vLLM's workers (vllm_nccl.py)
+            done = self.nccl.push(self.hub, version, named)
+            self.pending = lambda: self.hub.wait(done, stage)
+            return time.perf_counter() - t
         if not self.bufs:
             # CPU buffers: the gloo group sends from host memory (NCCL would want them on the GPU).
             self.bufs = [torch.empty(min(self.layout.bucket_bytes, packed_bytes(self.layout)), dtype=torch.uint8)

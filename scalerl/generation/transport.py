@@ -295,6 +295,10 @@ class Spoke:
         """Tell the trainer: nothing more can be done here until ``version`` arrives."""
         self.signed.set(f"blocked/{self.j}/{version}", b"")
 
+    def tell(self, key: str) -> None:
+        """A signed mark the trainer waits for (a handshake step: ``vllm_nccl.py``)."""
+        self.signed.set(key, b"")
+
     def send(self, key: str, tag: int, header: dict, obj) -> None:
         buf = to_bytes_tensor(obj)
         self._sends.append((self._rollouts.send([buf], 0, tag), buf))

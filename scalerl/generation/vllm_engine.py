@@ -46,8 +46,9 @@ from scalerl.generation.vllm_gloo import GlooRelay
 from scalerl.generation.vllm_transfer import BACKEND as INLINE
 from scalerl.generation.vllm_transfer import chunks
 
-BACKENDS = {"gloo": GLOO, "inline": INLINE}
-"""``generation.weight_transfer``: vLLM weight-transfer backends scalerl registers (vllm_transfer.register)."""
+BACKENDS = {"gloo": GLOO, "inline": INLINE, "nccl": "nccl"}
+"""``generation.weight_transfer``: vLLM weight-transfer backends: scalerl's (vllm_transfer.register), and
+vLLM's own ``nccl``, fed by the trainer's GPU (vllm_nccl.py)."""
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -95,11 +96,13 @@ class VLLMGenerator:
             distributed_executor_backend="mp",
         )
         torch.set_num_threads(threads)
+        self.weight_transfer = weight_transfer
+        self.relay: GlooRelay | None = None
         if weight_transfer == "gloo":  # rank 0 of a gloo group with vLLM's workers (vllm_gloo.py)
-            self.relay: GlooRelay | None = GlooRelay(self.llm, tensor_parallel_size)
-        else:
-            self.relay = None
+            self.relay = GlooRelay(self.llm, tensor_parallel_size)
+        elif weight_transfer == "inline":
             self.llm.init_weight_transfer_engine({"init_info": {}})
+        # nccl: the workers join the trainer's NCCL group when it forms (join_weight_group).
         self.engine = self.llm.llm_engine
         self.device = device
         self.version = 0
@@ -114,6 +117,9 @@ class VLLMGenerator:
         """Snapshot the weights now (the trainer keeps changing its tensors) and apply them at once
         when the engine is idle or when called from ``between_steps``; from another thread while
         generating, before the next decode step."""
+        if self.weight_transfer == "nccl":
+            raise TypeError("generation.weight_transfer=nccl: the trainer broadcasts to vLLM's workers "
+                            "(receive_broadcast); there are no tensors to hand over here")
         payload = GlooRelay.snapshot(named_tensors) if self.relay is not None else list(chunks(named_tensors))
         with self._pending_lock:
             self._pending = (payload, version)
@@ -136,12 +142,29 @@ class VLLMGenerator:
             else:
                 for update_info in payload:
                     self.llm.update_weights({"update_info": update_info})
-            self.llm.finish_weight_update(weight_version=str(version))
-            self.version = version
-            # Cached prefixes were computed by the old weights: no later request may reuse them. Requests
-            # in flight keep theirs (PipelineRL semantics), so then the reset waits until they finish.
-            self._cache_stale = True
-            self._reset_stale_cache()
+            self._finish_update(version)
+
+    def _finish_update(self, version: int) -> None:
+        self.llm.finish_weight_update(weight_version=str(version))
+        self.version = version
+        # Cached prefixes were computed by the old weights: no later request may reuse them. Requests
+        # in flight keep theirs (PipelineRL semantics), so then the reset waits until they finish.
+        self._cache_stale = True
+        self._reset_stale_cache()
+
+    # ------------------------------------------------- vLLM's nccl data plane
+    def join_weight_group(self, init_info: dict) -> None:
+        """Have vLLM's workers join the trainer's NCCL group (``vllm_nccl.init_info``); returns once
+        the group is formed, which needs the trainer in it too."""
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def receive_broadcast(self, update_info: dict, version: int) -> None:
+        """One push from the trainer's GPU into vLLM's workers (``vllm_nccl.update_info``), now:
+        the caller is between two decode steps. Returns once the workers have every chunk."""
+        with self._lock:
+            self.llm.start_weight_update()
+            self.llm.update_weights({"update_info": update_info})
+            self._finish_update(version)
 
     def _reset_stale_cache(self) -> None:
         if self._cache_stale and not self.engine.has_unfinished_requests():

@@ -24,7 +24,7 @@ ENGINE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM 0.32's CPU attention kernel accepts (``CPUAttentionBackend``)."""
 PLUGIN = "scalerl.generation.vllm_transfer:register"
-WEIGHT_TRANSFERS = ("gloo", "inline")
+WEIGHT_TRANSFERS = ("gloo", "inline", "nccl")
 """``generation.weight_transfer``'s options (vllm_engine.BACKENDS; the config must not import vLLM)."""
 
 
@@ -49,8 +49,9 @@ class VLLMGenerationConfig(GenerationConfig):
     weight_transfer: str = "gloo"
     """How a push's bytes reach vLLM's worker process (vLLM's weight-transfer data plane): gloo, a
     broadcast of its buckets from this generator process (``scalerl_gloo``, vllm_gloo.py); inline, the
-    tensors serialised into vLLM's RPC (``scalerl_inline``, vllm_transfer.py). vLLM's own CUDA data
-    planes (nccl, ipc) are not wired in: docs/limitations.md."""
+    tensors serialised into vLLM's RPC (``scalerl_inline``, vllm_transfer.py); nccl (GPUs, generator
+    processes), vLLM's own ``nccl`` backend fed straight from trainer rank 0's GPU (vllm_nccl.py;
+    written, not run on a GPU: docs/limitations.md)."""
     seed: Optional[int] = None
     """Engine seed (vLLM's ``seed``); None: the run's seed. Each request also carries a seed drawn
     from the step's RNG, so a run and its resumption sample the same tokens."""

@@ -15,7 +15,8 @@ stream in order:
   are taken by step, so a refill goes before later steps;
 - ``push``: receive new weights (a broadcast) and swap them in, between decode
   steps when the plan allows in-flight updates (PipelineRL, arXiv 2510.13786
-  §3.1): sequences in flight and their KV cache are kept;
+  §3.1): sequences in flight and their KV cache are kept; with vLLM's NCCL data
+  plane the broadcast goes to vLLM's workers, joined once (``weights_group``);
 - ``probe``: return the generator-side logits of given inputs (checks that a
   push arrived exactly; the torch engine only: a vLLM engine exposes log-probs
   of what it samples, not logits, and its pushes are checked on those);
@@ -55,6 +56,7 @@ from scalerl.generation.interface import SamplingParams
 from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
 from scalerl.generation.trust import secret_from_env
 from scalerl.generation.buckets import TensorSpec, layout, unpack
+from scalerl.generation.vllm_nccl import entered_key, joining_key, update_info
 from scalerl.models.load import load_model
 from scalerl.models.policy import Policy, positions_from_mask
 from scalerl.precision import PRECISIONS
@@ -136,6 +138,17 @@ class GeneratorServer:
             if kind == "order":
                 heapq.heappush(self.orders, (payload["step"], payload["job"], payload["min_version"],
                                              payload["shards"][self.spec.rank]))
+            elif kind == "weights_group":  # vLLM's nccl data plane: join the trainer's NCCL group (vllm_nccl.py)
+                self.spoke.tell(joining_key(self.spec.rank))  # the trainer joins once every generator says so
+                self.generator.join_weight_group(payload["init_info"][self.spec.rank])
+            elif kind == "push" and payload.get("transfer") == "nccl":
+                t = time.monotonic()
+                # The bytes go from the trainer's GPU to vLLM's workers; this process relays vLLM's calls.
+                # Said before entering: the trainer starts gathering and broadcasting only after it.
+                self.spoke.tell(entered_key(self.spec.rank, payload["version"]))
+                self.generator.receive_broadcast(update_info(self.spec.schema), payload["version"])
+                self.version = payload["version"]
+                self.push_s += time.monotonic() - t
             elif kind == "push":
                 t = time.monotonic()
                 # Bucket by bucket into the engine: one bucket (and the next arriving) in memory,

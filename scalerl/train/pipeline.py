@@ -134,7 +134,8 @@ class PipelineSchedule:
         self.pool = GeneratorPool(spec, mode.generators, r.model.state_dict(),
                                   devices=[generator_device(device, j) for j in range(mode.generators)],
                                   external=node.external_generators + node.generator_nodes,
-                                  rendezvous=job_rendezvous() if node.generator_nodes else None) if self.main else None
+                                  rendezvous=job_rendezvous() if node.generator_nodes else None,
+                                  device=device) if self.main else None
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
         self.jobs: dict[int, int] = {}  # step -> the job of its batch
         self.next_job = 1
