@@ -15,10 +15,10 @@ For each (trainer ranks, generators), in one torchrun job:
   bf16); an unsharded rank gathers nothing. The generators' rise is printed too (read from
   /proc/PID, as root or the same user).
 - speed: seconds per push (the first included: gather, cast, pack, broadcast, until every generator
-  has every byte) and its bytes/s, against a raw gloo broadcast of the same bytes between the same
-  number of fresh processes, measured in the same job, after the pool closed, two ways taken in
-  turn: in the push's own bucket sizes, and cut in --bucket-mb pieces (fewer, larger broadcasts).
-  The ratio reported is against the faster of the two.
+  has every byte) and its bytes/s, against a raw gloo broadcast of the same bytes from the same
+  trainer process to as many fresh processes, measured right after each push (so the machine's
+  load moves both alike), two ways: in the push's own bucket sizes, and cut in --bucket-mb pieces
+  (fewer, larger broadcasts). The ratio reported is against the faster of the two.
 
 Memory is shared with other jobs: it refuses to start below --need-gb available (``free``).
 """
@@ -90,7 +90,40 @@ if rank == 0:
                       attn_implementation=None, threads=1, timeout_s=600, in_flight=True, schema=())
     pool = GeneratorPool(spec, G, model.state_dict(), bucket_bytes=B)
     pool.start()
+    # The raw gloo broadcast of the same bytes, 1 sender + G receivers (fresh processes beside the
+    # generators): in the push's bucket sizes, and in --bucket-mb cuts, each right after each push,
+    # so a change of the machine's load hits both sides of the ratio alike.
+    plan = pool.layout
+    cuts = {"push": [plan.bucket_size(k) for k in range(plan.n_buckets)],
+            "cut": [min(B, plan.nbytes - at) for at in range(0, plan.nbytes, B)]}
+    sizes = os.path.join(os.path.dirname(a["raw"]), "sizes.json")
+    with open(sizes, "w") as f:
+        json.dump([cuts["push"], cuts["cut"]] * a["pushes"], f)
+    store = dist.TCPStore("127.0.0.1", 0, G + 1, True, wait_for_workers=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, a["raw"], str(store.port), str(j + 1), str(G + 1), sizes, str(B)],
+                              env=env, stdout=subprocess.DEVNULL) for j in range(G)]
+    group = dist.ProcessGroupGloo(dist.PrefixStore("raw", store), 0, G + 1, gloo_options())
+    bufs = [torch.zeros(B, dtype=torch.uint8) for _ in range(2)]
+    opts_b = dist.BroadcastOptions()
+    opts_b.rootRank = 0
     time.sleep(2)  # the generators are waiting for their first weights (polling the store)
+raw = {"push": [], "cut": []}
+
+
+def raw_round(name):
+    group.barrier().wait()
+    t0 = time.perf_counter()
+    works = {}
+    for k, n in enumerate(cuts[name]):  # double buffered, without the gather, cast and copy
+        works[k] = group.broadcast([bufs[k % 2][:n]], opts_b)
+        if k - 1 in works:
+            works.pop(k - 1).wait()
+    for w in works.values():
+        w.wait()
+    raw[name].append(time.perf_counter() - t0)
+
+
 dist.barrier()
 rows, gens = [], []
 for i in range(a["pushes"]):
@@ -109,41 +142,14 @@ for i in range(a["pushes"]):
     if pool is not None:
         time.sleep(1.0)  # the generators copy the last bucket into their weights
         gens.append([status(p)[1] - b for p, b in zip(pool.pids, gen_before)])
+        for name in ("push", "cut"):
+            raw_round(name)
     dist.barrier()
     rows.append({"before": before, "peak": peak, "wall_s": wall, "held_s": held})
 out = {"rank": rank, "world": world, "unit": unit, "bucket": B, "rows": rows}
 if pool is not None:
-    plan = pool.layout
     out["total"], out["n_buckets"], out["gen_rise"] = plan.nbytes, plan.n_buckets, gens
     pool.close()
-    # The raw gloo broadcast of the same bytes, 1 sender + G receivers: in the push's bucket sizes,
-    # and in --bucket-mb cuts, taken in turn.
-    cuts = {"push": [plan.bucket_size(k) for k in range(plan.n_buckets)],
-            "cut": [min(B, plan.nbytes - at) for at in range(0, plan.nbytes, B)]}
-    sizes = os.path.join(os.path.dirname(a["raw"]), "sizes.json")
-    with open(sizes, "w") as f:
-        json.dump([cuts["push"], cuts["cut"]] * a["pushes"], f)
-    store = dist.TCPStore("127.0.0.1", 0, G + 1, True, wait_for_workers=False)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, a["raw"], str(store.port), str(j + 1), str(G + 1), sizes, str(B)],
-                              env=env, stdout=subprocess.DEVNULL) for j in range(G)]
-    group = dist.ProcessGroupGloo(dist.PrefixStore("raw", store), 0, G + 1, gloo_options())
-    bufs = [torch.zeros(B, dtype=torch.uint8) for _ in range(2)]
-    opts_b = dist.BroadcastOptions()
-    opts_b.rootRank = 0
-    raw = {"push": [], "cut": []}
-    for i in range(a["pushes"]):
-        for name in ("push", "cut"):
-            group.barrier().wait()
-            t0 = time.perf_counter()
-            works = {}
-            for k, n in enumerate(cuts[name]):  # double buffered, without the gather, cast and copy
-                works[k] = group.broadcast([bufs[k % 2][:n]], opts_b)
-                if k - 1 in works:
-                    works.pop(k - 1).wait()
-            for w in works.values():
-                w.wait()
-            raw[name].append(time.perf_counter() - t0)
     for p in procs:
         p.wait(timeout=120)
     out["raw_s"] = raw
@@ -227,6 +233,10 @@ def report(ranks: int, generators: int, res: list[dict]) -> None:
         steady, raw_steady = sorted(walls[1:])[len(walls[1:]) // 2], sorted(raw[1:])[len(raw[1:]) // 2]
         print(f"  after the first: median push {steady:.2f} s against raw {raw_steady:.2f} s: "
               f"push/raw throughput {raw_steady / steady:.2f}")
+        # Each push against the raw broadcasts measured right after it (the same moment's load).
+        pairs = sorted(min(main["raw_s"][n][i] for n in means) / w for i, w in enumerate(walls) if i)
+        print(f"  after the first, push by push against the faster raw right after it: "
+              f"{' '.join(f'{r:.2f}' for r in pairs)} (median {pairs[len(pairs) // 2]:.2f})")
 
 
 def main() -> None:
