@@ -31,6 +31,7 @@ import base64
 from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
+import torch.cuda.nccl as nccl
 
 from scalerl.generation.buckets import BUCKET_BYTES, TensorSpec
 
@@ -117,8 +118,6 @@ class NcclPlane:
     def connect(self, hub) -> None:
         """Mint the group's id, send every generator its init call, wait until each says it is
         joining, then join as rank 0 (``ncclCommInitRank`` returns once every rank is in)."""
-        import torch.cuda.nccl as nccl
-
         uid = nccl.unique_id()
         hub.send("weights_group", {"init_info": [init_info(uid, 1 + j * self.shards, self.world, self.chunk_bytes)
                                                  for j in range(self.n)]})
@@ -136,18 +135,18 @@ class NcclPlane:
         cast and broadcast chunk by chunk (``named``: ``buckets.in_order``'s pairs; a sharded
         trainer's gathers run only now). Returns the poll that says when the last chunk has left
         this GPU (the trainer's weights may change after it)."""
-        import torch.cuda.nccl as nccl
-
         hub.send("push", {"version": version, "transfer": "nccl"})
         keys = [entered_key(j, version) for j in range(self.n)]
         hub.wait(lambda: hub.has(keys), f"pushing weights (version {version}): waiting for the generators to "
                                         "enter vLLM's update")
         for k in keys:
             hub.store.delete_key(k)
-        stream = torch.cuda.current_stream(self.device)
+        # All on the device's current stream: each chunk's cast, its broadcast, then the next chunk,
+        # which may reuse the same memory (the caching allocator orders reuse by stream); the
+        # optimizer step after the push changes a weight only after its cast, by the same order.
         for buf in pack_chunks(self.schema, self.plan, named,
                                lambda n: torch.empty(n, dtype=torch.uint8, device=self.device)):
-            nccl.broadcast([buf], root=0, streams=[stream], comms=[self.comm])
+            nccl.broadcast([buf], root=0, comms=[self.comm])
         done = torch.cuda.Event()
-        done.record(stream)
+        done.record(torch.cuda.current_stream(self.device))
         return done.query
