@@ -7,7 +7,7 @@ None of this runs NCCL: docs/limitations.md says so, benchmarks/gpu_check_vllm.s
 from __future__ import annotations
 
 import contextlib
-from functools import partial
+from dataclasses import replace
 
 import pytest
 import torch
@@ -287,6 +287,6 @@ def test_a_generator_on_the_trainers_own_gpu_is_refused_before_anything_starts()
         GeneratorPool(spec, 2, state, devices=["cuda:1", "cuda:0"], device=torch.device("cuda:0"))
     pool = GeneratorPool(spec, 2, state, devices=["cuda:1", "cuda:2"], device=torch.device("cuda:0"))
     assert pool.nccl is not None and pool.nccl.world == 3
-    gloo = GeneratorPool(partial(WorkerSpec, **{**spec.__dict__, "generation_cfg": VLLMGenerationConfig()})(), 2, state,
-                         devices=["cuda:0", "cuda:0"], device=torch.device("cuda:0"))
+    gloo = GeneratorPool(replace(spec, generation_cfg=VLLMGenerationConfig()), 2, state, devices=["cuda:0", "cuda:0"],
+                         device=torch.device("cuda:0"))
     assert gloo.nccl is None  # the gloo plane goes through host memory: a shared GPU is fine
