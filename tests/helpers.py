@@ -167,10 +167,12 @@ def plant_leading_trial(out_root: Path, steps: int = 3000) -> Path:
 
 
 # The embedded task's answers-only shape: completions of a few tokens, so the tests of a
-# mechanism (resume, ranks, schedules, losses) stay fast. The default's reasoning shape
-# (completions that think for ~40 tokens) is what tests/test_reasoning_task.py, the stored
-# curve (tests/test_train.py) and the CLI tests run.
-ANSWERS_ONLY = ("task.think=0", "length.max_new_tokens=8")
+# mechanism (resume, ranks, schedules, losses) stay fast, with the RL settings of the rounds
+# that sized it (sampling at 1.0, lr 1e-4 from the first step, no final warm-start phase). The
+# default's reasoning shape (completions that think for ~40 tokens) is what
+# tests/test_reasoning_task.py, the stored curve (tests/test_train.py) and the CLI tests run.
+ANSWERS_ONLY = ("task.think=0", "length.max_new_tokens=8", "model.warmstart.final_steps=0",
+                "train.temperature=1.0", "train.lr=1e-4", "train.warmup_steps=0")
 
 
 def _ip(*args: str) -> None:

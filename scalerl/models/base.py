@@ -26,6 +26,11 @@ class WarmStartConfig:
     seed: int = 0
     threads: int = 1
     """Fixed thread count so the cached warm start is bit-reproducible."""
+    final_steps: int = 0
+    """After the target: this many more steps on the task's final demonstrations (arith: ``task.think_final``
+    of them think), so RL starts from a policy that can think but rarely does (docs/embedded.md); 0 = none."""
+    final_lr: float = 5e-4
+    """The learning rate of those final steps (the first phase's is ``lr``)."""
 
     def __post_init__(self) -> None:
         check(self.lr > 0, "model.warmstart.lr", f"must be > 0, got {self.lr}")
@@ -33,6 +38,8 @@ class WarmStartConfig:
         check(self.batch_size > 0, "model.warmstart.batch_size", f"must be > 0, got {self.batch_size}")
         for key in ("max_steps", "eval_every", "threads"):
             check(getattr(self, key) > 0, f"model.warmstart.{key}", f"must be > 0, got {getattr(self, key)}")
+        check(self.final_steps >= 0, "model.warmstart.final_steps", f"must be >= 0 (0 = none), got {self.final_steps}")
+        check(self.final_lr > 0, "model.warmstart.final_lr", f"must be > 0, got {self.final_lr}")
 
 
 @dataclass

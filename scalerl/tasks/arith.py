@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Optional
 
 from scalerl.core.errors import check
 from scalerl.length.interrupt import PAPER_PHRASE
@@ -50,6 +51,10 @@ class ArithConfig(TaskConfig):
     think: float = 0.0
     """Fraction of warm-start demonstrations that think (a scratchpad of column sums) before answering
     additions; the rest answer directly. 0: answers only, the completions are a few tokens."""
+    think_final: Optional[float] = None
+    """Fraction of thinking demonstrations in the warm start's last ``model.warmstart.final_steps`` steps:
+    how often the policy RL starts from thinks. Low, so that RL has to learn that thinking pays, the
+    embedded default's rise (docs/embedded.md); None: ``task.think``."""
     interrupted: float = 0.1
     """Fraction of thinking demonstrations cut short after a random column by the paper's interruption
     phrase, then answered: a tiny model has never read English, so it learns here that an answer
@@ -69,6 +74,8 @@ class ArithConfig(TaskConfig):
               f"its kinds {sorted(k for k, w in self.mix.items() if w > 0)} make {capacity} distinct problems, fewer "
               f"than task.n_train + task.n_heldout = {self.n_train + self.n_heldout}; add kinds or lower task.n_train")
         check(0.0 <= self.think <= 1.0, "task.think", f"must be a fraction in [0, 1], got {self.think}")
+        check(self.think_final is None or 0.0 <= self.think_final <= 1.0, "task.think_final",
+              f"must be a fraction in [0, 1] or null, got {self.think_final}")
         check(0.0 <= self.interrupted <= 1.0, "task.interrupted", f"must be a fraction in [0, 1], got {self.interrupted}")
 
 
@@ -167,13 +174,18 @@ def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
     heldout = unique_problems(stream, cfg.n_heldout, set())
     train = unique_problems(stream, cfg.n_train, {p.prompt for p in heldout})
     frozen_heldout = frozenset(p.prompt for p in heldout)
+
+    def sft(think: float):
+        return lambda seed: demonstrations(ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
+                                           think, cfg.interrupted, seed)
+
     return TaskData(
         train=train,
         heldout=heldout,
         score=lambda texts, problems: _grade(cfg, [exact_match_reward(t, p.answer) == 1.0 for t, p in zip(texts, problems)]),
         # Warm-start (SFT) data: fresh problems, never the held-out split.
-        sft_stream=lambda seed: demonstrations(ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
-                                               cfg.think, cfg.interrupted, seed),
+        sft_stream=sft(cfg.think),
+        sft_final_stream=None if cfg.think_final is None else sft(cfg.think_final),
         names=("arith",),
         correct_reward=cfg.correct_reward,
         wrong_reward=cfg.wrong_reward,

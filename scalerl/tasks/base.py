@@ -74,6 +74,8 @@ class TaskData:
     sft_stream: Optional[Callable[[int], Iterator[Problem]]]
     """seed -> infinite iterator of supervised warm-start problems whose ``answer`` is the
     completion to imitate; None when the task has no targets to imitate (code)."""
+    sft_final_stream: Optional[Callable[[int], Iterator[Problem]]] = None
+    """The same for the warm start's last ``model.warmstart.final_steps`` steps; None: ``sft_stream``."""
     names: tuple[str, ...] = ()
     """The task names that appear in ``Problem.task`` (one, or a mix's entries)."""
     flags: dict[str, tuple[str, ...]] = field(default_factory=dict)

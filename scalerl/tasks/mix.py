@@ -87,15 +87,19 @@ def build_mix(cfg: MixConfig, *, tokenizer=None) -> TaskData:
                     out_flags[f][i] = values[j]
         return Grades(reward=reward, correct=correct, flags=out_flags)
 
-    streams = {k: (w, t.sft_stream) for k, (w, t) in subs.items() if t.sft_stream is not None}
+    streams = {k: (w, t.sft_stream, t.sft_final_stream or t.sft_stream) for k, (w, t) in subs.items()
+               if t.sft_stream is not None}
 
-    def sft_stream(seed: int):
-        pick, its = random.Random(seed), {k: s(seed) for k, (_, s) in streams.items()}
-        keys, weights = list(its), [streams[k][0] for k in its]
-        while True:
-            key = pick.choices(keys, weights)[0]
-            yield dataclasses.replace(next(its[key]), task=key)
+    def mixed(which: int):
+        def stream(seed: int):
+            pick, its = random.Random(seed), {k: s[which](seed) for k, s in streams.items()}
+            keys, weights = list(its), [streams[k][0] for k in its]
+            while True:
+                key = pick.choices(keys, weights)[0]
+                yield dataclasses.replace(next(its[key]), task=key)
+        return stream
 
-    return TaskData(train=train, heldout=heldout, score=score, sft_stream=sft_stream if streams else None,
+    return TaskData(train=train, heldout=heldout, score=score, sft_stream=mixed(1) if streams else None,
+                    sft_final_stream=mixed(2) if streams else None,
                     names=tuple(subs), flags={k: fs for k, fs in reported.items() if fs},
                     correct_reward=cfg.correct_reward, wrong_reward=cfg.wrong_reward)

@@ -65,6 +65,10 @@ def sft_batch(tok, problems, device):
 
 
 def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
+    """SFT until the held-out pass rate reaches ``cfg.target_pass_rate``, then, with
+    ``cfg.final_steps``, that many steps at ``cfg.final_lr`` on the task's final demonstrations
+    (``TaskData.sft_final_stream``; arith: fewer of them think, so RL starts from a policy that
+    knows how to think but rarely does, docs/embedded.md)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
@@ -77,30 +81,50 @@ def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
         stream = task.sft_stream(cfg.seed)
         probe = task.sft_stream(cfg.seed + 1)  # targets may be formatted (math: \\boxed{...})
         budget = max(max(len(p.answer) for p in task.heldout), *(len(next(probe).answer) for _ in range(256))) + 2
-        t0, rate, step = time.time(), 0.0, 0
-        log(f"[scalerl] warm start: SFT until held-out pass rate >= {cfg.target_pass_rate} -> {dst}")
-        for step in range(1, cfg.max_steps + 1):
+
+        def sft_step(step: int, demos) -> float:
             signum = pending_stop()
             if signum is not None:  # Ctrl-C / SIGTERM: nothing to checkpoint yet, so stop now, not in 60 s
                 log(f"[scalerl] warm start stopped by signal {signum} at step {step}; nothing cached")
                 raise SystemExit(exit_code(signum))
-            ids, attn, lmask = sft_batch(tok, [next(stream) for _ in range(cfg.batch_size)], device)
+            ids, attn, lmask = sft_batch(tok, [next(demos) for _ in range(cfg.batch_size)], device)
             logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
             loss = -(token_logprobs(logits, ids[:, 1:]) * lmask).sum() / lmask.sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            return loss.item()
+
+        def pass_rate(step: int) -> float:
+            model.eval()
+            rate = heldout_pass_rate(task, samples=1, seed=cfg.seed, step=step, dist=Dist(), generator=gen,
+                                     tok=tok, plan_lengths=no_length_control, max_new_tokens=budget,
+                                     temperature=1.0, device=device)["pass_rate"]
+            model.train()
+            return rate
+
+        t0, rate, step = time.time(), 0.0, 0
+        log(f"[scalerl] warm start: SFT until held-out pass rate >= {cfg.target_pass_rate} -> {dst}")
+        for step in range(1, cfg.max_steps + 1):
+            loss = sft_step(step, stream)
             if step % cfg.eval_every == 0:
-                model.eval()
-                rate = heldout_pass_rate(task, samples=1, seed=cfg.seed, step=step, dist=Dist(), generator=gen,
-                                         tok=tok, plan_lengths=no_length_control, max_new_tokens=budget,
-                                         temperature=1.0, device=device)["pass_rate"]
-                model.train()
-                log(f"[scalerl] warm start step {step}: loss {loss.item():.3f}, pass rate {rate:.3f} ({time.time() - t0:.0f}s)")
+                rate = pass_rate(step)
+                log(f"[scalerl] warm start step {step}: loss {loss:.3f}, pass rate {rate:.3f} ({time.time() - t0:.0f}s)")
                 if rate >= cfg.target_pass_rate:
                     break
+        info = {"steps": step, "pass_rate": rate}
+        if cfg.final_steps:
+            final = (task.sft_final_stream or task.sft_stream)(cfg.seed + 2)
+            for group in opt.param_groups:
+                group["lr"] = cfg.final_lr
+            for k in range(1, cfg.final_steps + 1):
+                loss = sft_step(step + k, final)
+            rate = pass_rate(step + cfg.final_steps)
+            log(f"[scalerl] warm start: {cfg.final_steps} final steps at lr {cfg.final_lr}: loss {loss:.3f},"
+                f" pass rate {rate:.3f} ({time.time() - t0:.0f}s)")
+            info.update(final_steps=cfg.final_steps, final_pass_rate=rate)
         model.save_pretrained(dst, safe_serialization=True)
         tok.save_pretrained(dst)
-        return {"steps": step, "pass_rate": rate, "seconds": time.time() - t0, "source": str(src)}
+        return {**info, "seconds": time.time() - t0, "source": str(src)}
     finally:
         torch.set_num_threads(threads)
