@@ -72,6 +72,27 @@ def test_the_think_fraction_sets_how_many_demonstrations_think():
     assert not any("<think>" in d.answer for d, _ in zip(none.sft_stream(3), range(500)))
 
 
+def test_the_final_demonstrations_think_briefly_unless_they_think_through():
+    # The warm start's last steps (model.warmstart.final_steps): task.think_final of the additions think
+    # through every column (some of those cut by the phrase, task.interrupted); every other one writes
+    # its first one or two columns, closes the thought and answers: always right, but a policy that
+    # imitates it has too little scratchpad for the higher digits (docs/embedded.md).
+    data = build_arith(ArithConfig(name="arith", mix={"add3": 0.8, "mul2": 0.2}, think=0.7, think_final=0.2,
+                                   n_train=64, n_heldout=64))
+    adds = [d for d, _ in zip(data.sft_final_stream(3), range(5000)) if d.kind == "add3"]
+    through = [d for d in adds if PAPER_PHRASE in d.answer or d.answer.split("</think>")[0].count("=") == 3]
+    brief = [d for d in adds if d not in through]
+    assert 0.17 < len(through) / len(adds) < 0.23, len(through) / len(adds)
+    assert {d.answer.split("</think>")[0].count("=") for d in brief} == {1, 2}
+    for d in brief[:200]:
+        thought, answer = d.answer.split("</think>")
+        assert thought.startswith("<think>") and scratchpad(d.prompt).startswith(thought[len("<think>"):])
+        a, b = d.prompt.rstrip("=").split("+")
+        assert answer == f"{int(a) + int(b):04d}" and exact_match_reward(d.answer + "<eos>", answer) == 1.0
+    # Without task.think_final the final steps imitate the first phase's demonstrations.
+    assert build_arith(ArithConfig(name="arith", n_train=64, n_heldout=64)).sft_final_stream is None
+
+
 @pytest.fixture
 def default_cfg():
     """The default config (the reasoning shape), unlike ``tiny_cfg``'s answers-only shape."""

@@ -122,7 +122,7 @@ def test_help_lists_what_a_user_needs_and_composes_nothing():
 
     text = help_text()
     for needed in ("--dry-run", "--status", "--fresh", "study=NAME", "sweep=NAME", "scalerl-sweep -sc install=bash",
-                   "hydra/launcher", "train.steps=600", "loss         cispo*, dapo, grpo, gspo"):
+                   "hydra/launcher", "train.steps=300", "loss         cispo*, dapo, grpo, gspo"):
         assert needed in text, needed
     for name in (p.stem for p in (REPO / "sweeps").glob("*.yaml")):
         assert f"\n  {name} " in text, name

@@ -150,8 +150,9 @@ def test_pipeline_rl_with_vllm_generators_end_to_end_with_a_crash_and_resume(tmp
     relaunched: the resumed run finishes, every batch stays within the lag bound, and the batches
     sampled with the trainer's current weights have behaviour log-probs equal to the trainer's."""
     args = ["generation=vllm", "generation.kv_cache_gb=0.25", "async=pipeline_rl", "async.max_lag=1",
-            "async.timeout_s=240", "batch=small", "train.steps=4",
-            "train.eval_every=2", "train.eval_samples=1", "logger=none", "train.threads=2"]
+            "async.timeout_s=240", "batch=small", "train.steps=4", "train.eval_every=2",
+            # the rounds' lr from the first step: one version's change must show (the default warms up)
+            "train.lr=1e-4", "train.warmup_steps=0", "train.eval_samples=1", "logger=none", "train.threads=2"]
     crashed = run_cli(args, tmp_path, timeout=900, check=False, extra_env={"SCALERL_FAILPOINT": "eval@4"})
     assert crashed.returncode != 0
     run = next((tmp_path / "runs").iterdir())

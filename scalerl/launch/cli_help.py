@@ -130,7 +130,7 @@ def help_text() -> str:
         '  eval "$(scalerl-sweep -sc install=bash)"     then e.g.   scalerl-sweep -m sweep=<TAB>   scalerl-sweep loss=<TAB>',
         "",
         "examples:",
-        "  python -m scalerl.sweep -m loss=cispo,dapo,gspo            # the quick start: 3 arms x 600 steps",
+        "  python -m scalerl.sweep -m loss=cispo,dapo,gspo            # the quick start: 3 arms x 300 steps",
         "  python -m scalerl.sweep -m sweep=loo --status              # leave-one-out study: state of each arm",
         "  python -m scalerl.sweep -m sweep=loss hydra/launcher=slurm hydra.launcher.partition=gpu",
         "  python -m analysis fit outputs/sweeps/<study> --out results/   # refit, rank, plot",

@@ -52,9 +52,10 @@ class ArithConfig(TaskConfig):
     """Fraction of warm-start demonstrations that think (a scratchpad of column sums) before answering
     additions; the rest answer directly. 0: answers only, the completions are a few tokens."""
     think_final: Optional[float] = None
-    """Fraction of thinking demonstrations in the warm start's last ``model.warmstart.final_steps`` steps:
-    how often the policy RL starts from thinks. Low, so that RL has to learn that thinking pays, the
-    embedded default's rise (docs/embedded.md); None: ``task.think``."""
+    """Fraction of the demonstrations of the warm start's last ``model.warmstart.final_steps`` steps that
+    think through every column; the others think briefly (their first columns only) and then answer.
+    Low, so that the policy RL starts from thinks too briefly and RL has to learn that thinking longer
+    pays, the embedded default's rise (docs/embedded.md); None: those steps use ``task.think``'s demonstrations."""
     interrupted: float = 0.1
     """Fraction of thinking demonstrations cut short after a random column by the paper's interruption
     phrase, then answered: a tiny model has never read English, so it learns here that an answer
@@ -109,33 +110,45 @@ def scratchpad(prompt: str) -> str:
     return " ".join(cols)
 
 
-def demonstration(p: Problem, thinks: bool, cut: int = 0) -> Problem:
+def demonstration(p: Problem, thinks: bool, cut: int = 0, brief: bool = False) -> Problem:
     """The warm start's target for ``p``: its scratchpad in a thinking block, then the answer; or the
     answer alone (no scratchpad for the operator, or ``thinks`` false). ``cut > 0`` keeps only that
-    many columns and closes the thought with the interruption phrase instead.
+    many columns and closes the thought with the interruption phrase instead, or, ``brief``, with the
+    end of thinking itself: a thought too short to carry the answer's higher digits.
 
     >>> demonstration(make_problem("add2", random.Random(0)), True).answer
     '<think>9+7+0=16 4+9+1=14</think>146'
     >>> demonstration(make_problem("add2", random.Random(0)), True, cut=1).answer[:30]
     '<think>9+7+0=16 Okay, time is '
+    >>> demonstration(make_problem("add2", random.Random(0)), True, cut=1, brief=True).answer
+    '<think>9+7+0=16</think>146'
     """
     pad = scratchpad(p.prompt) if thinks else ""
     if pad and cut:
-        thought = " ".join(pad.split(" ")[:cut]) + " " + PAPER_PHRASE.removesuffix(THINK_END)
+        kept = " ".join(pad.split(" ")[:cut])
+        thought = kept if brief else kept + " " + PAPER_PHRASE.removesuffix(THINK_END)
     else:
         thought = pad
     return Problem(prompt=p.prompt, answer=f"{THINK_START}{thought}{THINK_END}{p.answer}" if pad else p.answer,
                    kind=p.kind, task=p.task, uid=p.uid)
 
 
-def demonstrations(stream: "ProblemStream", think: float, interrupted: float, seed: int):
-    """Warm-start problems whose ``answer`` is the completion to imitate (``TaskData.sft_stream``)."""
+def demonstrations(stream: "ProblemStream", think: float, interrupted: float, seed: int, *, brief: bool = False):
+    """Warm-start problems whose ``answer`` is the completion to imitate (``TaskData.sft_stream``).
+
+    A ``think`` fraction thinks through every column (``interrupted`` of those are cut by the phrase);
+    the rest answer directly or, with ``brief``, after a thought of their first columns."""
     rng = random.Random(seed)
     for p in stream:
         thinks = rng.random() < think
         columns = KINDS[p.kind][1]
-        cut = rng.randrange(1, columns) if thinks and columns > 1 and rng.random() < interrupted else 0
-        yield demonstration(p, thinks, cut)
+        if thinks:
+            cut = rng.randrange(1, columns) if columns > 1 and rng.random() < interrupted else 0
+            yield demonstration(p, True, cut)
+        elif brief and columns > 1:
+            yield demonstration(p, True, rng.randrange(1, columns), brief=True)
+        else:
+            yield demonstration(p, False)
 
 
 class ProblemStream:
@@ -175,9 +188,9 @@ def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
     train = unique_problems(stream, cfg.n_train, {p.prompt for p in heldout})
     frozen_heldout = frozenset(p.prompt for p in heldout)
 
-    def sft(think: float):
+    def sft(think: float, brief: bool = False):
         return lambda seed: demonstrations(ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
-                                           think, cfg.interrupted, seed)
+                                           think, cfg.interrupted, seed, brief=brief)
 
     return TaskData(
         train=train,
@@ -185,7 +198,7 @@ def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
         score=lambda texts, problems: _grade(cfg, [exact_match_reward(t, p.answer) == 1.0 for t, p in zip(texts, problems)]),
         # Warm-start (SFT) data: fresh problems, never the held-out split.
         sft_stream=sft(cfg.think),
-        sft_final_stream=None if cfg.think_final is None else sft(cfg.think_final),
+        sft_final_stream=None if cfg.think_final is None else sft(cfg.think_final, brief=True),
         names=("arith",),
         correct_reward=cfg.correct_reward,
         wrong_reward=cfg.wrong_reward,
