@@ -57,7 +57,7 @@ def scalerl_step_times(steps: int, threads: int, mode: str = "sync", split: str 
 
 
 def trl_step_times(steps: int, threads: int, model_path: Path, task, attn: str | None = None,
-                   max_new_tokens: int = 8) -> list[float]:
+                   max_new_tokens: int = 8, temperature: float = 1.0, lr: float = 1.5e-4) -> list[float]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -83,7 +83,7 @@ def trl_step_times(steps: int, threads: int, model_path: Path, task, attn: str |
 
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, per_device_train_batch_size=256, gradient_accumulation_steps=1,
-                          num_generations=16, max_completion_length=max_new_tokens, temperature=1.0, learning_rate=1.5e-4,
+                          num_generations=16, max_completion_length=max_new_tokens, temperature=temperature, learning_rate=lr,
                           loss_type="cispo", beta=0.0, max_steps=steps, use_cpu=True, report_to=[],
                           logging_steps=10_000, save_strategy="no", bf16=False, seed=0, dataloader_num_workers=0,
                           disable_dropout=True)
@@ -109,14 +109,16 @@ def main() -> None:
     if a.max_new_tokens is None:
         a.max_new_tokens = validate(compose(OVERRIDES)).length.max_new_tokens
     OVERRIDES.append(f"length.max_new_tokens={a.max_new_tokens}")
-    task, model_path = prepare_checkpoint(validate(compose(OVERRIDES)))  # the warm-started tiny model
+    cfg = validate(compose(OVERRIDES))
+    task, model_path = prepare_checkpoint(cfg)  # the warm-started tiny model
     skip = 0 if a.mode == "sync" else 2  # the pipeline's first steps wait for its generator to start streaming
 
     def ours() -> list[float]:
         return scalerl_step_times(a.steps + 1 + skip, a.threads, a.mode, a.split)[skip:]
 
     def theirs() -> list[float]:
-        return trl_step_times(a.steps + 1, a.threads, model_path, task, a.trl_attn, a.max_new_tokens)
+        return trl_step_times(a.steps + 1, a.threads, model_path, task, a.trl_attn, a.max_new_tokens,
+                              cfg.train.temperature, cfg.train.lr)
 
     rounds = []
     for r in range(a.rounds):

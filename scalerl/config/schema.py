@@ -45,7 +45,7 @@ class BatchConfig:
 class TrainConfig:
     steps: int = 300
     """Optimizer steps (generation batches) in the run (the embedded default's size: docs/embedded.md)."""
-    lr: float = 3e-5
+    lr: float = 5e-5
     """Constant after warm-up (paper: 5e-7 at 8B; tiny models need far more, docs/embedded.md)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     adam_eps: float = 1e-8

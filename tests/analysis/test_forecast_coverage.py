@@ -54,3 +54,31 @@ def test_the_forecast_noise_of_a_3_eval_mean_barely_shrinks_when_noise_is_correl
     ratio_slow = future_noise(slow, 3, 4000, rng).std() / slow.std()
     assert ratio_white == pytest.approx(1 / np.sqrt(3), rel=0.15)
     assert ratio_slow > 0.9
+
+
+def test_a_forecast_from_a_handful_of_points_is_widened_by_students_t():
+    # A short run's half holds 6-8 evals: the residual noise the band resamples is then an estimate
+    # with n - 3 degrees of freedom, and the band is widened about the forecast by t(n - 3) / z
+    # (at 7 points and 95%: 2.776 / 1.960 = 1.42), the textbook prediction interval's factor.
+    from scipy import stats
+
+    from analysis.extrapolation import final_band
+    from analysis.fit import fit_until
+    from analysis.models import sigmoid
+    from analysis.uncertainty import percentile_interval
+
+    C = np.geomspace(1e10, 3e12, 16)
+    R = sigmoid(C, 0.79, 3.0, 2e11, 0.1) + 0.004 * np.random.default_rng(0).normal(size=C.size)
+    fit = fit_until(np.r_[0.0, C], np.r_[0.1, R], 1.5e12, FitOptions(n_boot=200))
+    assert fit.fitted and 5 <= fit.n_points <= 9
+    lo, hi = final_band(fit, C, R)
+    # the same band without the widening: the bootstrap curves' mean over the last 3 evals plus noise
+    A, B, Cm, R0 = (fit.boot[:, k:k + 1] for k in range(4))
+    means = np.nanmean(sigmoid(C[None, -3:], A, B, Cm, R0), axis=1)
+    means = means + future_noise(fit.reward - fit.predict(fit.compute), 3, means.size, np.random.default_rng(0))
+    raw_lo, raw_hi = percentile_interval(means, 0.95)
+    centre = float(np.mean(fit.predict(C[-3:])))
+    factor = stats.t.ppf(0.975, fit.n_points - 3) / stats.norm.ppf(0.975)
+    assert factor > 1.2
+    assert (centre - lo) == pytest.approx(factor * (centre - raw_lo), rel=1e-9)
+    assert (hi - centre) == pytest.approx(factor * (raw_hi - centre), rel=1e-9)
