@@ -116,7 +116,9 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     # Packed by the launcher's per-arm budget, not by an arm's processes: the trainer and the
     # generators of a pipeline arm wait on each other (trainer_idle_frac, generator_idle_frac), and
     # a waiting side sleeps, so arms side by side keep the cores busy where one alone leaves a share
-    # idle. A pipeline sweep is then no slower per arm than a sync one (benchmarks/RESULTS.md).
+    # idle. Packed by processes instead, three pipeline arms on 2 cores would run one or two at a
+    # time; packed this way the sweep still takes 1.28x a sync sweep's seconds per arm (the
+    # cause not yet profiled; benchmarks/RESULTS.md, 2026-12-02).
     workers = launcher.n_parallel or auto_parallel(len(jobs), launcher.threads_per_arm)
     workers = max(1, min(workers, len(jobs)))
     print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {'/'.join(map(str, sorted(set(threads))))} "
