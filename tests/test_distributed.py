@@ -63,7 +63,10 @@ def assert_same_run(a: Path, b: Path, start: dict, first_step: int = 1) -> None:
         ra, rb = sa[step], sb[step]
         assert {k: ra[k] for k in COMPARED} == {k: rb[k] for k in COMPARED}, step
         assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4, abs=1e-6), step
-        assert ra["grad_norm"] == pytest.approx(rb["grad_norm"], rel=1e-4), step
+        # The norm sums every parameter's squared gradient, in another order on 2 ranks; on an AMD
+        # EPYC (AVX2) its rounding reached 1.1e-4 of a norm of 20 by step 19 (the loss still within
+        # 1e-4). A wrong normalizer or a missing rank's share moves it by far more than 1e-3.
+        assert ra["grad_norm"] == pytest.approx(rb["grad_norm"], rel=1e-3), step
     ma, mb = read_rows(a / "metrics.jsonl"), read_rows(b / "metrics.jsonl")
     assert [(r["step"], r["pass_rate"]) for r in ma] == [(r["step"], r["pass_rate"]) for r in mb]
     wa, wb = weights(a), weights(b)

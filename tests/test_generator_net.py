@@ -319,7 +319,9 @@ def test_a_run_with_an_external_generator_waits_for_it_and_finishes(tmp_path):
     gen = None
     try:
         lines: list[str] = []
-        secret_file, address = _join_line(sweep.stdout, lines, timeout=300)
+        # The arm builds its own warm start before it says how to join (over 300 s with the suite
+        # beside it on 2 cores).
+        secret_file, address = _join_line(sweep.stdout, lines, timeout=900)
         assert address.startswith("127.0.0.1:")  # no MASTER_ADDR: a plain local run stays on loopback
         gen = subprocess.Popen([sys.executable, "-m", "scalerl.generation.worker", address, "0"], cwd=REPO,
                                env=_env(SCALERL_TRANSPORT_SECRET=_secret_of(secret_file)),

@@ -13,7 +13,20 @@ from scalerl.losses import LOSSES
 from scalerl.train.checkpoint import list_checkpoints, load_latest
 from scalerl.train.loop import train
 
-CURVE = Path(__file__).parent / "data" / "curve_20steps.json"
+DATA = Path(__file__).parent / "data"
+
+
+def cpu_kind() -> str:
+    """The CPU's vendor and torch's kernel level: the warm start's 440 SFT steps amplify their
+    rounding (an AMD EPYC with AVX2 starts RL at 0.061 where the curve_20steps.json machine, whose
+    kind was not noted, starts at 0.079), so each kind keeps its own reference curve."""
+    vendor = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("vendor_id")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
+    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
+
+
+# This kind's curve if one was recorded, else the first one (recorded before kinds were told apart).
+CURVE = next((c for c in [DATA / f"curve_20steps-{cpu_kind()}.json"] if c.exists()), DATA / "curve_20steps.json")
 SHORT = ["train.steps=20", "train.eval_every=5"]
 
 
@@ -38,10 +51,12 @@ def test_deterministic_run_matches_stored_curve(tmp_path):
     assert curve(a) == curve(b)  # same seed, same thread count: bit-identical
     got = curve(a)
     assert [r["step"] for r in got] == [0, 5, 10, 15, 20]
-    if not CURVE.exists():  # first run on a new torch version: record, then fail loudly
-        CURVE.write_text(json.dumps(got, indent=1))
-        pytest.fail(f"recorded a new reference curve at {CURVE}; commit it")
-    ref = json.loads(CURVE.read_text())
+    own = DATA / f"curve_20steps-{cpu_kind()}.json"
+    ref = json.loads(CURVE.read_text()) if CURVE.exists() else None
+    if ref is None or (CURVE != own and abs(got[0]["pass_rate"] - ref[0]["pass_rate"]) > 0.01):
+        # A new torch version or CPU kind (its step-0 policy differs): record, then fail loudly.
+        own.write_text(json.dumps(got, indent=1))
+        pytest.fail(f"recorded a new reference curve at {own} (step 0 {got[0]['pass_rate']}); commit it")
     # Same machine kind and thread count: the curve reproduces bit for bit; the tolerances only
     # absorb a different CPU's kernels. They are tighter than one changed sample in a step (1/128
     # of train_reward) times a few, so a wrong normalizer, loss or filter fails here.
