@@ -43,7 +43,9 @@ def read_rows(path: Path) -> list[dict]:
     return out
 
 
-def wait_for(predicate, timeout: float = 300, what: str = "condition", proc=None):
+def wait_for(predicate, timeout: float = 300, what: str = "condition", proc=None, detail=None):
+    """Poll ``predicate`` until it holds; on failure say what was awaited and, with ``detail`` (a
+    callable returning text, such as a log's tail), what the awaited process had done by then."""
     import time
 
     t0 = time.time()
@@ -51,9 +53,18 @@ def wait_for(predicate, timeout: float = 300, what: str = "condition", proc=None
         if predicate():
             return
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}")
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}" + _detail(detail))
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + _detail(detail))
+
+
+def _detail(detail) -> str:
+    if detail is None:
+        return ""
+    try:
+        return "\n" + str(detail())[-4000:]
+    except Exception as e:  # the message must not hide the timeout
+        return f"\n(no detail: {e!r})"
 
 
 def _cli_in_child(args: list[str], env: dict, log: str, err_log: str | None = None, whole_env: bool = False) -> None:

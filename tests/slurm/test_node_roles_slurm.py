@@ -39,7 +39,8 @@ def test_a_trainer_node_and_two_generator_nodes_train_and_survive_a_lost_node_an
     # ---- 1. the arm runs across the three nodes; then a generator node drops off the network
     proc = popen_cli(args, tmp_path, tmp_path / "cut.log")
     wait_for(lambda: sweep.exists() and arms(sweep) and len(read_rows(arms(sweep)[0] / "metrics.jsonl")) >= 2,
-             timeout=1200, what="two eval rows", proc=proc)  # a warm start first; slow under load
+             timeout=1200, what="two eval rows", proc=proc,  # a warm start first; slow under load
+             detail=lambda: (tmp_path / "cut.log").read_text(errors="replace")[-1500:] + task_logs(sweep)[-2500:])
     (run_dir,) = arms(sweep)
     nodes.cut("rl-node3")
     t_cut = time.monotonic()
