@@ -14,7 +14,7 @@ import time
 
 from helpers import ANSWERS_ONLY, arms, popen_cli, read_rows, wait_for
 
-from scalerl.devtools.local_slurm import nodes
+from scalerl.devtools.local_slurm import cluster, nodes
 
 TIMEOUT_S = 20
 ARM = ["-m", "loss=cispo", "hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "hydra.launcher.partition=nodes",
@@ -27,6 +27,13 @@ def task_logs(sweep) -> str:
     return "".join(p.read_text(errors="replace") for p in sorted((sweep / ".submitit").rglob("*_log.out")))
 
 
+def cluster_state() -> str:
+    """The queue and the nodes' states: a job pending on a node that stopped responding says so here."""
+    out = [subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout for cmd in
+           (["squeue", "-h", "-o", "%i %j %T %R %M"], ["sinfo", "-N", "-h", "-o", "%N %P %T %E"])]
+    return "squeue:\n" + out[0] + "sinfo:\n" + out[1]
+
+
 def sacct_history(job: str) -> list[str]:
     return subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "-o", "State"], capture_output=True,
                           text=True, timeout=20).stdout.split()
@@ -36,11 +43,14 @@ def test_a_trainer_node_and_two_generator_nodes_train_and_survive_a_lost_node_an
     assert slurm_cluster.nodes >= 3, "the SLURM tests' cluster has three namespaced nodes (tests/slurm/conftest.py)"
     sweep = tmp_path / "sweeps" / "default"
     args = [*ARM, "train.steps=60", "train.eval_every=10"]
+    # the three nodes up before the job asks for all of them (an earlier test may have restarted them)
+    wait_for(cluster.healthy, timeout=120, what="the cluster and its nodes to be usable", detail=cluster_state)
     # ---- 1. the arm runs across the three nodes; then a generator node drops off the network
     proc = popen_cli(args, tmp_path, tmp_path / "cut.log")
     wait_for(lambda: sweep.exists() and arms(sweep) and len(read_rows(arms(sweep)[0] / "metrics.jsonl")) >= 2,
              timeout=1200, what="two eval rows", proc=proc,  # a warm start first; slow under load
-             detail=lambda: (tmp_path / "cut.log").read_text(errors="replace")[-1500:] + task_logs(sweep)[-2500:])
+             detail=lambda: cluster_state() + (tmp_path / "cut.log").read_text(errors="replace")[-1500:]
+             + task_logs(sweep)[-2000:])
     (run_dir,) = arms(sweep)
     nodes.cut("rl-node3")
     t_cut = time.monotonic()
