@@ -64,6 +64,48 @@ def test_a_generator_node_whose_trainer_ended_before_its_rendezvous_returns(tmp_
     assert out["exit_code"] is None and time.monotonic() - t0 < 10
 
 
+def test_a_trainer_that_failed_while_its_generator_task_imported_is_not_waited_for(tmp_path, monkeypatch):
+    """The trainer failed its start-up (summary written, rendezvous removed) before this task got past
+    its imports: the task's start, not the end of its imports, tells this attempt's summary from an
+    older one. Seen on a loaded machine: the generator task waited out its 30 minutes."""
+    import time
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    summary = tmp_path / "summary.json"
+    started = time.time()
+    summary.write_text(json.dumps({"status": "failed"}))  # while the task was importing torch
+    t0 = time.monotonic()
+    out = run_generator_node(Role("generator", 1), wait_s=60, summary=summary, env=job(3, 2, 2), started=started)
+    assert out["exit_code"] is None and time.monotonic() - t0 < 10
+    # an older attempt's summary is not this one's: without a trainer the task waits, then names the file
+    with pytest.raises(TimeoutError, match=r"job-77\.0\.json"):
+        run_generator_node(Role("generator", 1), wait_s=1, summary=summary, env=job(3, 2, 2), started=time.time() + 1)
+
+
+@pytest.mark.slow
+def test_a_generator_that_reads_the_rendezvous_of_a_trainer_gone_since_gives_up_within_join_s(tmp_path, monkeypatch):
+    """The trainer wrote its rendezvous, then gave up on its generators (``async.timeout_s``) before this
+    one joined: the generator tries to reach it for ``join_s``, not for the task's 30-minute allowance
+    for the trainer's start-up, so the job ends instead of holding its nodes until the time limit."""
+    import socket
+    import time
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with socket.socket() as sock:  # a port nothing listens on: the trainer's store, gone
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    secret = tmp_path / "secret.hex"
+    secret.write_text("00" * 32)
+    rendezvous = job_rendezvous(env=job(3, 2, 2))
+    rendezvous.parent.mkdir(parents=True)
+    rendezvous.write_text(json.dumps({"address": f"127.0.0.1:{port}", "secret_file": str(secret)}))
+    t0 = time.monotonic()
+    # wait_s stands for the 30-minute allowance: a generator that tried for it would fail here after 300 s
+    out = run_generator_node(Role("generator", 1), wait_s=300, summary=tmp_path / "summary.json", env=job(3, 2, 2),
+                             join_s=5)
+    assert out["exit_code"] == 1 and time.monotonic() - t0 < 120, out  # an interpreter start under load, then 5 s
+
+
 def test_a_generator_node_without_a_trainer_gives_up_naming_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(TimeoutError, match=r"job-77\.0\.json"):

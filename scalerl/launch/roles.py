@@ -64,17 +64,23 @@ def slurm_role(generator_nodes: int, generators: int, env: Mapping[str, str] = o
     return Role("generator", generators - generator_nodes + node - trainer_nodes)
 
 
-def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[str, str] = os.environ) -> dict:
+def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[str, str] = os.environ,
+                       join_s: float | None = None, started: float | None = None) -> dict:
     """Wait up to ``wait_s`` for the trainer's rendezvous, then be generator ``role.generator``
     until the trainer stops it. A trainer that ends before it writes one (a failed start-up) writes
-    the run's ``summary``: the wait ends there. Returns the task's record (``status`` and the
-    generator's exit code)."""
+    the run's ``summary``: the wait ends there. ``join_s`` (default ``wait_s``): how long the
+    generator then tries to reach the trainer. The trainer writes the rendezvous once it listens
+    and waits ``async.timeout_s`` for its generators, so a longer try only waits on a trainer
+    that gave up (it kept a job on its nodes until the time limit). ``started``: when this task
+    started (``time.time()``), before its imports: a summary written since then is this attempt's,
+    even if the trainer failed while this task was still importing torch. Returns the task's record
+    (``status`` and the generator's exit code)."""
     from scalerl.generation.pool import job_rendezvous  # torch: only a generator task needs it
     from scalerl.generation.trust import SECRET_ENV
 
     path = job_rendezvous(env=env)
     host = socket.gethostname()
-    started, deadline = time.time(), time.monotonic() + wait_s
+    started, deadline = time.time() if started is None else started, time.monotonic() + wait_s
     print(f"[scalerl] {host}: generator node for generator {role.generator}; waiting for the trainer "
           f"({path})", flush=True)
     while True:
@@ -93,7 +99,8 @@ def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[st
     # The ordinary generator process, as an operator starts it: the address and the index alone,
     # the secret in its environment (never argv). Its exit is this task's.
     code = subprocess.call([sys.executable, "-m", "scalerl.generation.worker", rdv["address"], str(role.generator),
-                            str(wait_s)], env={**os.environ, SECRET_ENV: secret, "TORCH_CPP_LOG_LEVEL": "ERROR"})
+                            str(wait_s if join_s is None else join_s)],
+                           env={**os.environ, SECRET_ENV: secret, "TORCH_CPP_LOG_LEVEL": "ERROR"})
     print(f"[scalerl] {host}: generator {role.generator} exited with code {code}", flush=True)
     return {"status": "generator", "generator": role.generator, "host": host, "exit_code": code}
 

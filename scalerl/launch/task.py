@@ -107,6 +107,7 @@ def _discard_if_empty(run_dir: Path) -> None:
 
 
 def run_arm(cfg: DictConfig) -> dict:
+    started = time.time()  # before the trainer's imports: a generator node's reference (roles.py)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         obj = validate(cfg)
@@ -139,7 +140,8 @@ def run_arm(cfg: DictConfig) -> dict:
         from scalerl.train.loop import train
 
     if role.kind == "generator":
-        return {**meta, **run_generator_node(role, GENERATOR_NODE_WAIT_S + node.timeout_s, summary_path)}
+        return {**meta, **run_generator_node(role, GENERATOR_NODE_WAIT_S + node.timeout_s, summary_path,
+                                             join_s=node.timeout_s, started=started)}
     if role.kind == "idle":
         return {**meta, "status": "idle"}
     if launch_rank() != 0:  # extra data-parallel ranks: no files, no lock

@@ -16,7 +16,9 @@ from helpers import ANSWERS_ONLY, arms, popen_cli, read_rows, wait_for
 
 from scalerl.devtools.local_slurm import cluster, nodes
 
-TIMEOUT_S = 20
+# async.timeout_s: the cut is found within it, and the generators' start-up must fit in it (at 20 s
+# a resumed run failed its start-up beside a study, load 4-6: a generator task imports torch first)
+TIMEOUT_S = 60
 ARM = ["-m", "loss=cispo", "hydra/launcher=slurm", "hydra.launcher.timeout_min=20", "hydra.launcher.partition=nodes",
        "hydra.launcher.nodes=3", "hydra.launcher.tasks_per_node=2", "async.generators=2", "async.generator_nodes=2",
        f"async.timeout_s={TIMEOUT_S}", "logger=none", "train.threads=1", "study=default", *ANSWERS_ONLY,
@@ -73,7 +75,9 @@ def test_a_trainer_node_and_two_generator_nodes_train_and_survive_a_lost_node_an
     proc = popen_cli(args, tmp_path, tmp_path / "resume.log")
     first_resumed_eval = rows_before[-1]["step"] + 10
     wait_for(lambda: any(r["step"] >= first_resumed_eval for r in read_rows(run_dir / "metrics.jsonl")),
-             timeout=600, what="an eval row after the resume", proc=proc)
+             timeout=600, what="an eval row after the resume", proc=proc,
+             detail=lambda: cluster_state() + (tmp_path / "resume.log").read_text(errors="replace")[-1500:]
+             + task_logs(sweep)[-2000:])
     job = json.loads((run_dir / "launch.json").read_text())["slurm_job_id"]
     subprocess.run(["scancel", job, "--signal", "SIGTERM"], check=True)  # what preemption looks like (submitit)
     subprocess.run(["scancel", job, "--signal", "USR2"], check=True)
