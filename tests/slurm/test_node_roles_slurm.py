@@ -70,8 +70,12 @@ def test_a_trainer_node_and_two_generator_nodes_train_and_survive_a_lost_node_an
     rows_before = read_rows(run_dir / "metrics.jsonl")
 
     # ---- 2. relaunch: it resumes; a preemption of the multi-node job on the way requeues it
+    # The cut node loses its not-responding mark when it answers the controller's next ping (a
+    # fraction of SlurmdTimeout): a cut of over a minute (async.timeout_s 60) can outlast a ping, and
+    # 120 s were too few for the mark to clear after one.
     wait_for(lambda: set(subprocess.run(["sinfo", "-h", "-p", "nodes", "-o", "%T"], capture_output=True, text=True,
-                                        timeout=20).stdout.split()) == {"idle"}, timeout=120, what="the nodes idle again")
+                                        timeout=20).stdout.split()) == {"idle"}, timeout=360, what="the nodes idle again",
+             detail=cluster_state)
     proc = popen_cli(args, tmp_path, tmp_path / "resume.log")
     first_resumed_eval = rows_before[-1]["step"] + 10
     wait_for(lambda: any(r["step"] >= first_resumed_eval for r in read_rows(run_dir / "metrics.jsonl")),
