@@ -29,7 +29,8 @@ def cpu_kind() -> str:
 
 # This kind's curve if one was recorded, else the first one (recorded before kinds were told apart),
 # which stands for its own kind only: a run whose step 0 differs from it is another kind.
-CURVE = next((c for c in [DATA / f"curve_20steps-{cpu_kind()}.json"] if c.exists()), DATA / "curve_20steps.json")
+OWN_CURVE = DATA / f"curve_20steps-{cpu_kind()}.json"
+CURVE = OWN_CURVE if OWN_CURVE.exists() else DATA / "curve_20steps.json"
 SHORT = ["train.steps=20", "train.eval_every=5"]
 
 
@@ -54,19 +55,18 @@ def test_deterministic_run_matches_stored_curve(tmp_path):
     assert curve(a) == curve(b)  # same seed, same thread count: bit-identical
     got = curve(a)
     assert [r["step"] for r in got] == [0, 5, 10, 15, 20]
-    own = DATA / f"curve_20steps-{cpu_kind()}.json"
     ref = json.loads(CURVE.read_text())
-    if CURVE != own and got[0] != ref[0]:
+    if CURVE != OWN_CURVE and got[0] != ref[0]:
         # A CPU kind met for the first time: its rounding gives the warm start another step-0 policy
         # (0.061, 0.072 and 0.079 on the three kinds so far) and the 20 steps another path, too far
         # apart for any tolerance. Nothing to compare with yet: its curve is written, to be committed.
         # Whether the default learns is tests/test_default_learns.py's, on every kind.
-        own.write_text(json.dumps(got, indent=1))
-        warnings.warn(f"no stored 20-step curve for the CPU kind {cpu_kind()}: recorded {own}; commit it")
+        OWN_CURVE.write_text(json.dumps(got, indent=1))
+        warnings.warn(f"no stored 20-step curve for the CPU kind {cpu_kind()}: recorded {OWN_CURVE}; commit it")
         return
     # Same machine kind and thread count: the curve reproduces bit for bit; the tolerances absorb
-    # machines that report one kind but round differently. They are tighter than one changed sample in a step (1/128
-    # of train_reward) times a few, so a wrong normalizer, loss or filter fails here.
+    # machines that report one kind but round differently. They are tighter than one changed sample
+    # in a step (1/128 of train_reward) times a few, so a wrong normalizer, loss or filter fails here.
     assert len(got) == len(ref)
     for g, r in zip(got, ref):
         assert g["step"] == r["step"]

@@ -36,6 +36,11 @@ def cluster_state() -> str:
     return "squeue:\n" + out[0] + "sinfo:\n" + out[1]
 
 
+def what_ran(sweep, log) -> str:
+    """A timed-out wait's detail: the cluster's state, the sweep's log and its job's task logs."""
+    return cluster_state() + log.read_text(errors="replace")[-1500:] + task_logs(sweep)[-2000:]
+
+
 def sacct_history(job: str) -> list[str]:
     return subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "-o", "State"], capture_output=True,
                           text=True, timeout=20).stdout.split()
@@ -51,8 +56,7 @@ def test_a_trainer_node_and_two_generator_nodes_train_and_survive_a_lost_node_an
     proc = popen_cli(args, tmp_path, tmp_path / "cut.log")
     wait_for(lambda: sweep.exists() and arms(sweep) and len(read_rows(arms(sweep)[0] / "metrics.jsonl")) >= 2,
              timeout=1200, what="two eval rows", proc=proc,  # a warm start first; slow under load
-             detail=lambda: cluster_state() + (tmp_path / "cut.log").read_text(errors="replace")[-1500:]
-             + task_logs(sweep)[-2000:])
+             detail=lambda: what_ran(sweep, tmp_path / "cut.log"))
     (run_dir,) = arms(sweep)
     nodes.cut("rl-node3")
     t_cut = time.monotonic()
@@ -80,8 +84,7 @@ def test_a_trainer_node_and_two_generator_nodes_train_and_survive_a_lost_node_an
     first_resumed_eval = rows_before[-1]["step"] + 10
     wait_for(lambda: any(r["step"] >= first_resumed_eval for r in read_rows(run_dir / "metrics.jsonl")),
              timeout=600, what="an eval row after the resume", proc=proc,
-             detail=lambda: cluster_state() + (tmp_path / "resume.log").read_text(errors="replace")[-1500:]
-             + task_logs(sweep)[-2000:])
+             detail=lambda: what_ran(sweep, tmp_path / "resume.log"))
     job = json.loads((run_dir / "launch.json").read_text())["slurm_job_id"]
     subprocess.run(["scancel", job, "--signal", "SIGTERM"], check=True)  # what preemption looks like (submitit)
     subprocess.run(["scancel", job, "--signal", "USR2"], check=True)
