@@ -14,11 +14,17 @@ it, and an orphaned arm would train on unseen, hold its run's lock and leave a s
 leaderboard. Each arm watches its parent and, once it is gone, stops the way Ctrl-C
 stops it: a checkpoint at the next step boundary, nothing lost. A relaunch that finds
 an arm still finishing that step waits for it (``sweeping.run_sweep`` adopts live arms).
+
+Arms are isolated from each other: each runs in a process of its own, started for it and
+waited for on its own, not in a shared worker pool (a ``ProcessPoolExecutor`` breaks as a
+whole when one worker dies, and terminates every sibling with ``BrokenProcessPool``). An arm
+whose process dies (``kill -9``, out of memory) is failed alone, with the signal as its
+reason; its siblings run on and are ranked, and a relaunch resumes it from its checkpoint.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import multiprocessing as mp
+from multiprocessing.connection import wait as wait_ready
 import os
 import signal
 import sys
@@ -46,11 +52,11 @@ PARENT_POLL_S = 1.0
 
 
 def _die_with_parent(parent: int) -> None:
-    """SIGTERM this pool worker once its sweep process is gone: an arm then checkpoints and stops,
-    as on Ctrl-C; an idle worker simply exits.
+    """SIGTERM this arm's process once its sweep process is gone: the arm then checkpoints and
+    stops, as on Ctrl-C.
 
-    Polls the parent pid (portable, unlike Linux's PR_SET_PDEATHSIG, which also fires when the
-    executor thread that spawned the worker exits).
+    Polls the parent pid (portable, unlike Linux's PR_SET_PDEATHSIG, which fires when the
+    parent *thread* that spawned the process exits, not the parent process).
     """
     def watch() -> None:
         while os.getppid() == parent:
@@ -60,10 +66,21 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
 
 
-def _child(blob: bytes) -> bytes:
-    """Runs in the spawned process: one Hydra job, output to train.log.
+def _arm_process(blob: bytes, conn, parent: int) -> None:
+    """Target of an arm's process: watch the parent from the first moment, run the arm, send
+    its pickled JobReturn back (or why it could not run), and exit."""
+    _die_with_parent(parent)
+    try:
+        reply = (True, _child(blob))
+    except BaseException as e:  # noqa: BLE001 - any failure is the arm's alone, reported to the parent
+        traceback.print_exc()
+        reply = (False, f"{type(e).__name__}: {e}")
+    conn.send(reply)
+    conn.close()
 
-    The process already watches its parent (the pool's initializer, ``_die_with_parent``)."""
+
+def _child(blob: bytes) -> bytes:
+    """Runs in the arm's spawned process: one Hydra job, output to train.log."""
     hydra_context, task_function, sweep_config, singleton_state, threads, parent = cloudpickle.loads(blob)
     register()  # the ${scalerl_run_name:} resolver, before anything resolves
     os.environ["SCALERL_NUM_THREADS"] = str(threads)
@@ -125,46 +142,101 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
           f"thread(s) each; logs in <run dir>/train.log", flush=True)
     failpoint("sweep.launched")  # crash tests: launch records written, no arm started
     state = Singleton.get_state()
-    ctx = mp.get_context("spawn")
-    results: list[JobReturn | None] = [None] * len(jobs)
+    blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k], os.getpid()))
+             for k, (_, cfg) in enumerate(jobs)]
+    arms = ArmProcesses(mp.get_context("spawn"), blobs, workers)
     interrupted = False
-    # Every worker watches its parent from the moment it starts, not only while it runs an arm: with
-    # max_tasks_per_child=1 the pool spawns a fresh idle worker as each arm ends, and a sweep killed
-    # after that (during the leaderboard) would leave it, and the resource_tracker it keeps alive.
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1,
-                                initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(_child, cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state,
-                                                          threads[k], os.getpid()))): k
-                   for k, (_, cfg) in enumerate(jobs)}
-        try:
-            _watch(futures, [sweep_run_dir(cfg) for _, cfg in jobs])
-        except KeyboardInterrupt:
-            print("\n[scalerl] interrupted: arms are checkpointing; relaunch the same command to resume", flush=True)
-            cf.wait(futures, timeout=120)
-            interrupted = True
-        for fut, k in futures.items():
-            try:
-                results[k] = cloudpickle.loads(fut.result(timeout=0))
-            except BaseException as e:  # crashed process, killed, interrupted
-                results[k] = failed_return(jobs[k][0], jobs[k][1], e)
+    try:
+        _watch(arms, [sweep_run_dir(cfg) for _, cfg in jobs])
+    except KeyboardInterrupt:  # Ctrl-C reached every arm too (one process group): wait for their checkpoints
+        print("\n[scalerl] interrupted: arms are checkpointing; relaunch the same command to resume", flush=True)
+        interrupted = True
+        arms.queue.clear()
+        while arms.live:
+            arms.poll(1.0)
     if interrupted:  # a stopped sweep is not a finished one: no leaderboard of half-trained arms, exit 130
         raise SystemExit(128 + signal.SIGINT)
+    results: list[JobReturn] = []
+    for k, (overrides, cfg) in enumerate(jobs):
+        ok, payload = arms.replies.get(k, (False, "the arm was never started"))
+        results.append(cloudpickle.loads(payload) if ok else failed_return(overrides, cfg, RuntimeError(payload)))
     return results
 
 
-def _watch(futures: dict, run_dirs: list[Path]) -> None:
-    """Block until every arm ends, showing a live progress table."""
-    pending = set(futures)
+def _death(exitcode: int | None) -> str:
+    """Why an arm's process ended without a result, e.g. 'killed by SIGKILL'."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"the arm's process was killed by {name} before it reported; relaunch the sweep to resume it"
+    return f"the arm's process exited with code {exitcode} before it reported; relaunch the sweep to resume it"
+
+
+class ArmProcesses:
+    """One spawned process per arm, at most ``workers`` alive at once, each waited for on its own:
+    a process that dies fails its arm alone (``replies[k] = (False, why)``)."""
+
+    def __init__(self, ctx, blobs: list[bytes], workers: int):
+        self.ctx, self.blobs, self.workers = ctx, blobs, workers
+        self.queue = list(range(len(blobs)))
+        self.live: dict[int, tuple] = {}   # arm index -> (process, reader or None once it hit EOF)
+        self.replies: dict[int, tuple[bool, object]] = {}
+
+    def start_more(self) -> None:
+        while self.queue and len(self.live) < self.workers:
+            k = self.queue.pop(0)
+            reader, writer = self.ctx.Pipe(duplex=False)
+            proc = self.ctx.Process(target=_arm_process, args=(self.blobs[k], writer, os.getpid()),
+                                    name=f"scalerl-arm-{k}")
+            proc.start()
+            writer.close()  # the child holds the only writer: its death is an EOF here
+            self.live[k] = (proc, reader)
+
+    def poll(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for an arm to reply or end; collect replies, reap ended arms."""
+        handles = [h for proc, reader in self.live.values() for h in (proc.sentinel, reader) if h is not None]
+        if handles:
+            wait_ready(handles, timeout)
+        for k, (proc, reader) in list(self.live.items()):
+            if reader is not None and reader.poll():
+                try:
+                    self.replies[k] = reader.recv()
+                except (EOFError, OSError):  # died before it replied; its exit code says how
+                    pass
+                reader.close()
+                reader = None
+                self.live[k] = (proc, None)
+            if not proc.is_alive():
+                if reader is not None and reader.poll():   # replied just before it ended
+                    try:
+                        self.replies[k] = reader.recv()
+                    except (EOFError, OSError):
+                        pass
+                proc.join()
+                self.replies.setdefault(k, (False, _death(proc.exitcode)))
+                if reader is not None:
+                    reader.close()
+                del self.live[k]
+
+
+def _watch(arms: ArmProcesses, run_dirs: list[Path]) -> None:
+    """Run every arm to its end, showing a live progress table."""
+    def step() -> bool:
+        arms.start_more()
+        arms.poll(1.0)
+        return bool(arms.live or arms.queue)
+
     if sys.stdout.isatty():
         with Live(_table(run_dirs), refresh_per_second=1) as live:
-            while pending:
-                _, pending = cf.wait(pending, timeout=1.0)
+            while step():
                 live.update(_table(run_dirs))
         return
-    last = 0.0
-    while pending:
-        _, pending = cf.wait(pending, timeout=1.0)
-        if time.time() - last > 30 or not pending:
+    last, going = 0.0, True
+    while going:
+        going = step()
+        if time.time() - last > 30 or not going:
             last = time.time()
             for d in run_dirs:
                 p = read_json(d / "progress.json") or {}
