@@ -1,10 +1,18 @@
 """`python -m analysis fit PATH --out DIR` / `python -m analysis extrapolate PATH --out DIR`.
 
 The `scalerl-analysis` script points at `main`; the commands live in analysis/cli.py.
+Piped into `head`, every command (and `--help`) stops quietly when the reader goes away.
 """
 import sys
 
-from analysis.cli import main
+from analysis import cli
+from scalerl.core.pipes import quiet_broken_pipe
+
+
+def main(argv=None):
+    with quiet_broken_pipe():
+        return cli.main(argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

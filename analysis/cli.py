@@ -153,6 +153,8 @@ def main(argv=None):
         else:
             analyze_extrapolation(args.path, out, options, fraction=args.fraction,
                                   n_final=args.n_final, **common)
+    except BrokenPipeError:     # the reader went away (`| head`): analysis/__main__.py exits quietly
+        raise
     except (InputError, OSError) as err:
         print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
         return 2

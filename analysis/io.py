@@ -18,16 +18,18 @@ that falls while the step rises, a reward outside [0, 1], negative compute, a CS
 empty, ragged or binary) raises `InputError`, one line naming the file and the line; the
 CLI prints it and exits 2.  Every file is read through `read_bounded`: a FIFO, a device
 (a link to /dev/zero) or a file over MAX_BYTES is refused before a byte is read, so no
-input can hang the analysis or fill memory.
+input can hang the analysis or fill memory.  The work is bounded too, not only the bytes:
+a run of more than MAX_ROWS evals is refused (a fit's grid holds every point, ~50 kB each).
 """
 from __future__ import annotations
 
+import csv
 import fnmatch
 import json
 import math
 import os
 import stat
-from io import BytesIO
+from io import BytesIO, StringIO
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +39,7 @@ AXES = ("compute", "device_hours", "tokens", "wall_s")  # x-axes the trainer log
 REWARD_KEY = "pass_rate"
 MAX_BYTES = 256 << 20     # any one input file: 100k evals of a 1 kB row are 100 MB
 MAX_CUT_LINE = 1 << 20    # a kill cuts a row short, and a row is ~1 kB: a longer unended line is not one
+MAX_ROWS = 10_000         # evals per run: a fit of 10k points peaks near 0.7 GB and a minute; 100k took 5.3 GB
 CUMULATIVE = ("compute", "device_hours", "tokens")   # never fall while the step rises
 WANDB_STATES = {"finished": "done", "running": "running", "failed": "failed",
                 "crashed": "failed", "killed": "failed", "preempted": "preempted"}
@@ -123,6 +126,10 @@ def read_metrics(path):
     data = read_bounded(path)
     if data is None:
         return []
+    rows = data.count(b"\n")
+    if rows > MAX_ROWS:                  # before parsing: 2M JSON rows would take GBs as dicts
+        raise InputError(f"{path}: {rows} rows, over the bound of {MAX_ROWS} evals per run (analysis.io.MAX_ROWS);"
+                         f" thin it (e.g. keep every {-(-rows // MAX_ROWS)}th row) before fitting")
     try:
         text = data.decode()
     except UnicodeDecodeError:
@@ -301,6 +308,10 @@ def read_sweep(path, *, axis="compute", metrics=(REWARD_KEY,)):
     if not frames:
         return pd.DataFrame(columns=["run", "compute", "reward"])
     points = pd.concat(frames, ignore_index=True)
+    if points.empty and is_multi(metrics):   # runs exist; the pattern picked none of their columns
+        columns = sorted({k for d in find_run_dirs(root) for r in read_metrics(d / "metrics.jsonl") for k in r})
+        raise InputError(f"{path}: --metric {' '.join(metrics)} matched no metrics.jsonl column of its {len(frames)}"
+                         f" run(s); columns: {', '.join(columns) or 'none'}")
     names = points.groupby("run_dir", sort=False)["run"].first()
     if names.duplicated().any():           # two runs claim one run_name: keep them apart
         points["run"] = points["run"] + " @" + points["run_dir"].map(
@@ -321,6 +332,7 @@ def read_points_csv(path, metric=None):
         raise InputError(f"{path}: no such points CSV")
     if b"\x00" in raw[: 1 << 16]:
         raise InputError(f"{path}: not a text CSV file (binary data)")
+    _check_fields(path, raw)
     try:
         points = pd.read_csv(BytesIO(raw))
     except pd.errors.EmptyDataError:
@@ -350,12 +362,39 @@ def read_points_csv(path, metric=None):
             check_value(f"{path} line {row + 2}", "reward" if column == "r0" else column, float(value))
         points[column] = values
     points["run"] = points["run"].astype(str)
+    sizes = points.groupby("run").size()
+    if sizes.max() > MAX_ROWS:
+        raise InputError(f"{path}: run {sizes.idxmax()!r} has {sizes.max()} rows, over the bound of {MAX_ROWS}"
+                         " evals per run (analysis.io.MAX_ROWS); thin it before fitting")
     return points
+
+
+def _check_fields(path, raw):
+    """InputError naming the first line whose field count is not the header's: pandas would
+    take a longer row's first field as an index (shifting every column) and pad a shorter one."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text CSV file") from None
+    reader = csv.reader(StringIO(text))
+    try:
+        header = next(reader, None)
+        for row in reader:
+            if row and len(row) != len(header):
+                raise InputError(f"{path} line {reader.line_num}: {len(row)} field(s), the header has {len(header)}"
+                                 " (a ragged CSV); every row needs one value per column")
+    except csv.Error as err:
+        raise InputError(f"{path} line {reader.line_num}: not a valid CSV ({err})") from None
 
 
 def read_points(path, *, axis="compute", metrics=(REWARD_KEY,)):
     """Sweep directory or points CSV, whichever `path` is."""
     path = Path(path)
+    if path.is_symlink() and path.is_dir() and not _is_run(path):
+        # as inside a sweep (find_run_dirs), a link is read only when it points at a run: a link
+        # to `/` or to a home directory would otherwise walk the whole tree below it
+        raise InputError(f"{path}: a link to {os.path.realpath(path)}, which is not a run directory;"
+                         " give the sweep directory itself")
     if path.is_dir():
         return read_sweep(path, axis=axis, metrics=metrics)
     if path.is_file():
