@@ -25,6 +25,7 @@ from analysis.io import AXES, InputError
 from analysis.leaderboard import MARGIN
 from analysis.pipeline import FORECAST_OPTIONS, analyze_extrapolation, analyze_sweep
 from analysis.plan import analyze_plan
+from analysis.uncertainty import BOOT_BYTES, boot_limit, memory_bytes
 
 
 class Parser(argparse.ArgumentParser):
@@ -51,6 +52,21 @@ def _number(text, *, low=-math.inf, high=math.inf, low_open=False, high_open=Fal
 
 def _ranged(**bounds):
     return lambda text: _number(text, **bounds)
+
+
+# A budget far past any run (the paper's largest, 100k GPU-hours, is ~4e23 FLOPs); 1e300 overflows the plot
+MAX_BUDGET = 1e40
+
+
+def _n_boot(text):
+    """Replicates whose bootstrap fits in memory even for the shortest curve a fit accepts."""
+    value = _number(text, low=0, integer=True)
+    least = FitOptions.min_points
+    if value > boot_limit(least):
+        raise argparse.ArgumentTypeError(
+            f"{value} replicates need about {value * least * BOOT_BYTES / 2**30:.0f} GiB even for a {least}-point"
+            f" curve, over half this machine's {memory_bytes() / 2**30:.0f} GiB; give at most {boot_limit(least)}")
+    return value
 
 
 def _min_compute(text):
@@ -94,12 +110,13 @@ def build_parser():
     _common(fit)
     fit.add_argument("--fit-until", type=_ranged(low=0.0, low_open=True), default=FitOptions.fit_until, metavar="X",
                      help="fit only compute <= X and predict the rest (adds pred_final, obs_final)")
-    fit.add_argument("--n-boot", type=_ranged(low=0, integer=True), default=FitOptions.n_boot, metavar="N",
+    fit.add_argument("--n-boot", type=_n_boot, default=FitOptions.n_boot, metavar="N",
                      help="bootstrap replicates (default %(default)s; 0: none)")
     fit.add_argument("--margin", type=_ranged(low=0.0), default=MARGIN,
                      help="values within this tie (A, or predicted reward), as do overlapping intervals;"
                           " a tie on A is listed by B at a common A (paper: 0.02)")
-    fit.add_argument("--target-compute", type=_ranged(low=0.0, low_open=True), default=None, metavar="C",
+    fit.add_argument("--target-compute", type=_ranged(low=0.0, low_open=True, high=MAX_BUDGET), default=None,
+                     metavar="C",
                      help="also rank by predicted reward at compute C (which recipe wins at my budget?)")
     fit.add_argument("--max-a-width", type=float, default=FitOptions.max_a_width,
                      help="an A interval wider than this marks A_unidentified (default %(default)s)")
@@ -113,14 +130,15 @@ def build_parser():
                      help="fraction of each run's compute to fit on, in (0, 1): the rest is what it predicts")
     ext.add_argument("--n-final", type=_ranged(low=1, integer=True), default=3,
                      help="observed final reward = mean of the last N evals (N >= 1)")
-    ext.add_argument("--n-boot", type=_ranged(low=0, integer=True), default=FitOptions.n_boot, metavar="N",
+    ext.add_argument("--n-boot", type=_n_boot, default=FitOptions.n_boot, metavar="N",
                      help="bootstrap replicates behind each forecast's interval (default %(default)s)")
 
     plan = sub.add_parser("plan", help="predicted reward at a budget, its interval and P(best) per arm")
     _common(plan)
-    plan.add_argument("--budget", type=_ranged(low=0.0, low_open=True), required=True, metavar="C",
+    plan.add_argument("--budget", type=_ranged(low=0.0, low_open=True, high=MAX_BUDGET), required=True,
+                      metavar="C",
                       help="the compute budget C (> 0)")
-    plan.add_argument("--n-boot", type=_ranged(low=0, integer=True), default=FitOptions.n_boot, metavar="N",
+    plan.add_argument("--n-boot", type=_n_boot, default=FitOptions.n_boot, metavar="N",
                       help="bootstrap replicates behind the intervals and P(best) (default %(default)s)")
     return parser
 

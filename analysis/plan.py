@@ -183,12 +183,13 @@ def analyze_plan(path, out_dir, budget, options: FitOptions = FitOptions(), *, a
     outputs.claim(out, "plan", ids, settings, quiet=quiet)      # an other plan moves to previous/
     fits = fit_runs(points, options)
     table = plan(points, budget, options, fits=fits)
-    written = [io.write_csv(table, out / "plan.csv")]
-    if plots != "none":
+    written = []
+    if plots != "none":     # the figure first: a failure there leaves no plan.csv without its record
         title = "sweep" if isinstance(path, pd.DataFrame) else Path(str(path)).name
         written.append(io.save_figure(plot_plan(table, fits, curves(points), budget, title=title,
                                                 level=options.level, axis_label=axis_label(path, axis)),
                                       out / "plan.png"))
+    written.insert(0, io.write_csv(table, out / "plan.csv"))
     outputs.record(out, "plan", ids, settings, written)
     if not quiet:
         print(format_plan(table))

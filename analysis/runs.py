@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.fit import FitOptions, FitResult, fit_sigmoid
+from analysis.io import InputError
+from analysis.uncertainty import BOOT_BYTES, boot_limit, memory_bytes
 
 REQUIRED = ("run", "compute", "reward")
 RESERVED = frozenset({
@@ -85,6 +87,11 @@ def fit_runs(points, options: FitOptions = FitOptions()):
     """
     points = validate(points)
     meta = run_table(points).set_index("run")
+    sizes = points.groupby("run", sort=False).size()
+    if len(sizes) and options.n_boot > boot_limit(sizes.max()):   # before the first fit, not after an hour
+        raise InputError(f"--n-boot {options.n_boot}: the bootstrap of run {sizes.idxmax()!r} ({sizes.max()} points)"
+                         f" needs about {options.n_boot * sizes.max() * BOOT_BYTES / 2**30:.1f} GiB, over half this"
+                         f" machine's {memory_bytes() / 2**30:.0f} GiB; give at most {boot_limit(sizes.max())}")
     fits = {}
     for run, group in points.groupby("run", sort=False):
         if str(meta.at[run, "run_status"]).lower() == RUN_FAILED:

@@ -24,12 +24,28 @@ All functions work in the solver's scaled log coordinates (see `analysis.solver`
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from scipy import stats
 
 from analysis.solver import B_GRID, grid_search, lm_batch, log_cmid_grid, shape
 
 N_PARAMS = 3   # A, B, C_mid; R0 is fixed, not fitted (paper §1)
+BOOT_BYTES = 128   # peak bytes per replicate and point of `bootstrap` (97 measured with tracemalloc, 31-301 points)
+
+
+def memory_bytes():
+    """This machine's physical memory in bytes (16 GiB where the OS will not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 16 << 30
+
+
+def boot_limit(n_points):
+    """The most bootstrap replicates of an `n_points` curve whose arrays fit in half the memory."""
+    return int(memory_bytes() // 2 // (BOOT_BYTES * max(int(n_points), 1)))
 
 
 def percentile_interval(samples, level):

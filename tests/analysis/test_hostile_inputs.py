@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from analysis import io
@@ -150,3 +151,109 @@ def test_plan_moves_an_other_plan_to_previous(make_run, tmp_path):
     (kept,) = (out / "previous").iterdir()
     assert (kept / "plan.csv").read_text() == first and (kept / "plan.png").exists()
     assert json.loads((out / "analysis.json").read_text())["plan"]["settings"]["budget"] == 2e15
+
+
+# ------------------------------------------------------------------ a new user's attacks, second round
+def test_a_link_to_the_root_given_as_the_sweep_is_refused_not_walked(tmp_path):
+    os.symlink("/", tmp_path / "root")
+    rc, err = cli("fit", str(tmp_path / "root"), "--out", str(tmp_path / "out"), "--n-boot", "0", timeout=60)
+    assert rc == 2 and len(err) == 1 and "a link to /, which is not a run directory" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_link_to_a_run_given_as_the_sweep_is_still_read(make_run, tmp_path, capsys):
+    make_run("sweep/a", compute=C, reward=R)
+    os.symlink(tmp_path / "sweep" / "a", tmp_path / "latest")
+    assert main(["fit", str(tmp_path / "latest"), "--out", str(tmp_path / "out"), "--n-boot", "0",
+                 "--plots", "none", "--quiet"]) == 0
+    assert pd.read_csv(tmp_path / "out" / "leaderboard.csv")["run"].tolist() == ["sweep_a"]
+
+
+def test_a_run_over_the_row_bound_is_refused_before_it_is_parsed(make_run, tmp_path, capsys, monkeypatch):
+    make_run("sweep/a", compute=C, reward=R)                  # 31 rows
+    monkeypatch.setattr(io, "MAX_ROWS", 30)                   # the real bound is 10,000 (a 100k-row fit took 5.3 GB)
+    one_line(capsys, ["fit", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0"],
+             "metrics.jsonl: 31 rows, over the bound of 30 evals per run")
+    monkeypatch.setattr(io, "MAX_ROWS", 31)                   # at the bound: fitted
+    assert main(["fit", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0",
+                 "--plots", "none", "--quiet"]) == 0
+
+
+def test_a_csv_run_over_the_row_bound_is_refused(tmp_path, capsys, monkeypatch):
+    pd.DataFrame({"run": ["a"] * 31 + ["b"] * 3, "compute": list(C) + [1.0, 2.0, 3.0],
+                  "reward": list(R) + [0.1, 0.2, 0.3]}).to_csv(tmp_path / "p.csv", index=False)
+    monkeypatch.setattr(io, "MAX_ROWS", 30)
+    one_line(capsys, ["fit", str(tmp_path / "p.csv"), "--out", str(tmp_path / "out"), "--n-boot", "0"],
+             "run 'a' has 31 rows, over the bound of 30")
+
+
+def test_a_ragged_csv_names_its_first_ragged_line(tmp_path, capsys):
+    # every row one field longer than the header: pandas took the run as an index, shifting the columns
+    (tmp_path / "long.csv").write_text("run,compute,reward\na,1e13,0.1,5\na,2e13,0.2,6\n")
+    one_line(capsys, ["fit", str(tmp_path / "long.csv"), "--out", str(tmp_path / "out"), "--n-boot", "0"],
+             "long.csv line 2: 4 field(s), the header has 3")
+    (tmp_path / "short.csv").write_text("run,compute,reward\na,1e13,0.1\na,2e13,0.2\nb\n")   # padded with NaN
+    one_line(capsys, ["fit", str(tmp_path / "short.csv"), "--out", str(tmp_path / "out"), "--n-boot", "0"],
+             "short.csv line 4: 1 field(s), the header has 3")
+
+
+def test_an_impossible_budget_is_refused_up_front_naming_the_flag(make_run, tmp_path):
+    make_run("sweep/a", compute=C, reward=R)
+    for argv in (["plan", "--budget", "1e300"], ["fit", "--target-compute", "1e300"]):
+        rc, err = cli(argv[0], str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0", *argv[1:])
+        assert rc == 2 and len(err) == 1 and f"argument {argv[1]}: must be a finite number in (0, 1e+40]" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plan_whose_figure_fails_leaves_no_plan_csv(make_run, tmp_path, monkeypatch):
+    import analysis.plan
+
+    make_run("sweep/a", compute=C, reward=R)
+
+    def overflow(*args, **kwargs):
+        raise OverflowError("cannot convert float infinity to integer")   # what 1e300 raised in savefig
+    monkeypatch.setattr(analysis.plan.io, "save_figure", overflow)
+    try:
+        main(["plan", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0", "--quiet",
+              "--budget", "1e15"])
+    except OverflowError:
+        pass
+    assert not (tmp_path / "out" / "plan.csv").exists() and not (tmp_path / "out" / "analysis.json").exists()
+
+
+def test_a_bootstrap_too_big_for_memory_is_refused_naming_n_boot(make_run, tmp_path, capsys, monkeypatch):
+    from analysis import uncertainty
+
+    make_run("sweep/a", compute=C, reward=R)                            # 31 points
+    monkeypatch.setattr(uncertainty, "memory_bytes", lambda: 1 << 30)  # a 1 GiB machine: 0.5 GiB for the bootstrap
+    argv = ["fit", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--quiet", "--plots", "none"]
+    # up front: 1,000,000 x 5 points (the fewest a fit takes) x 128 B = 0.6 GiB > 0.5 GiB
+    with pytest.raises(SystemExit) as stop:
+        main(argv + ["--n-boot", "1000000"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "argument --n-boot: 1000000 replicates" in err[0], err
+    # after reading: 200,000 x 31 points x 128 B = 0.74 GiB > 0.5 GiB; at most 2**29 // (128 * 31) = 135300
+    one_line(capsys, argv + ["--n-boot", "200000"], "--n-boot 200000: the bootstrap of run 'sweep_a' (31 points)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_metric_pattern_that_matches_nothing_says_so_and_lists_the_columns(make_run, tmp_path, capsys):
+    make_run("sweep/a", compute=C, reward=R)
+    one_line(capsys, ["fit", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0",
+                      "--metric", "nothing*"], "--metric nothing* matched no metrics.jsonl column of its 1 run(s)")
+
+
+def test_every_command_exits_quietly_when_its_reader_goes_away(make_run, tmp_path):
+    make_run("sweep/a", compute=C, reward=R)
+    base = [str(tmp_path / "sweep"), "--n-boot", "0", "--plots", "none"]
+    for argv in (["--help"], ["fit", "--help"], ["fit", *base, "--out", str(tmp_path / "f")],
+                 ["plan", *base, "--out", str(tmp_path / "p"), "--budget", "1e15"],
+                 ["extrapolate", *base, "--out", str(tmp_path / "e")]):
+        read, write = os.pipe()
+        os.close(read)                         # `| head` that has already gone
+        try:
+            proc = subprocess.run([sys.executable, "-m", "analysis", *argv], cwd=ROOT, stdout=write,
+                                  stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(write)
+        assert proc.returncode in (0, 141) and proc.stderr == "", (argv, proc.returncode, proc.stderr)
