@@ -91,13 +91,16 @@ def test_a_study_that_is_a_fifo_or_a_device_is_refused_unread(tmp_path, kind):
         read_bounded(study, 1 << 20)
 
 
-def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):
+def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):  # a 50-line traceback before
     out_root = tmp_path / "out"
     env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin"}  # no sbatch there (a test machine has none)
     if any(os.path.exists(os.path.join(d, "sbatch")) for d in env["PATH"].split(":")):
         pytest.skip("this machine has SLURM")
-    proc = run_cli([*D, "hydra/launcher=slurm"], out_root, extra_env=env, check=False, timeout=120)
+    proc = run_cli(["-m", "logger=none", "hydra/launcher=slurm"], out_root, extra_env=env, check=False, timeout=120)
     _one_line_refusal(proc, "hydra/launcher: slurm submits with sbatch", out_root)
+    # a dry run validates the arms (a laptop checks a cluster sweep) and says the launch would be refused
+    dry = run_cli([*D, "hydra/launcher=slurm"], out_root, extra_env=env, timeout=120)
+    assert "would be refused here" in dry.stderr and "pending" in dry.stdout
 
 
 def test_every_invalid_arm_is_one_line_that_repeats_the_reason(tmp_path):

@@ -6,8 +6,8 @@ the largest activation of a micro-batch (checkpointed layer inputs and one layer
 every layer's without ``model.activation_checkpointing``; the LM head's logits chunk and the tied
 embedding's dense gradient), each generator's own copy of the weights and KV cache, and each
 process's Python/torch runtime. It is a bound to refuse what cannot fit, not a profile: on the
-Qwen2-0.5B shape at 2 prompts x 4 completions x 512 tokens it says ~13 GiB where one measured update
-peaks at 9.7 GB (benchmarks/bench_memory.py). ``check_resources`` compares it, and the arm's threads,
+Qwen2-0.5B shape at 2 prompts x 4 completions x 512 tokens it says 12.4 GiB for the trainer (15 GiB with
+its generator process) where one measured update peaks at 9.7 GB (benchmarks/bench_memory.py). ``check_resources`` compares it, and the arm's threads,
 with the target machine (``Machine``) and raises ``ConfigError`` naming the key to change; a legal
 but costly value comes back as a warning that says its cost.
 """
@@ -141,15 +141,37 @@ def local_machine() -> Machine:
     return Machine(memory, cores, f"this machine ({memory / GiB:.1f} GiB RAM, {cores} cores)")
 
 
-def target_machine(launcher) -> Machine:
-    """Where an arm runs: a SLURM task (its mem_gb and cpus_per_task) or this machine."""
+def cuda_memory() -> int:
+    """Memory of CUDA device 0, asked of libcuda directly (0 without a driver or device)."""
+    import ctypes  # stdlib; only where a config trains on CUDA
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        device, total = ctypes.c_int(0), ctypes.c_size_t(0)
+        if lib.cuInit(0) or lib.cuDeviceGet(ctypes.byref(device), 0) or lib.cuDeviceTotalMem_v2(ctypes.byref(total), device):
+            return 0
+        return int(total.value)
+    except (OSError, AttributeError):
+        return 0
+
+
+def target_machine(launcher, device: str = "auto") -> Machine | None:
+    """Where an arm runs: a SLURM task (its mem_gb and cpus_per_task), this machine's CUDA device when
+    the trainer uses one, or this machine's RAM. None: a SLURM task with GPUs, whose memory is not
+    known from here (only its threads are checked)."""
     launcher = launcher or {}
     if "Slurm" in str(launcher.get("_target_", "")):
-        mem, cpus = launcher.get("mem_gb"), launcher.get("cpus_per_task") or 1
+        mem, cpus, gpus = launcher.get("mem_gb"), launcher.get("cpus_per_task") or 1, launcher.get("gpus_per_node")
+        if gpus:
+            return None
         memory = int(mem) * GiB if mem else 1 << 62
-        return Machine(memory, int(cpus), f"a SLURM task (hydra.launcher.mem_gb={mem}, "
-                       f"hydra.launcher.cpus_per_task={cpus}; its GPUs' memory is not known here)")
-    return local_machine()
+        return Machine(memory, int(cpus), f"a SLURM task (hydra.launcher.mem_gb={mem}, hydra.launcher.cpus_per_task={cpus})")
+    here = local_machine()
+    if device in ("cuda", "auto") and os.environ.get("CUDA_VISIBLE_DEVICES") not in ("", "-1"):
+        memory = cuda_memory()
+        if memory:
+            return Machine(memory, here.cores, f"this machine's CUDA device 0 ({memory / GiB:.1f} GiB), {here.cores} cores")
+    return here
 
 
 def _big_ints(value, key: str):
@@ -171,7 +193,12 @@ def check_resources(c, launcher=None, *, world_size: int = 1, machine: Machine |
     for key, value in _big_ints(c, ""):
         raise ConfigError(key, f"{value} does not fit a 64-bit integer (torch, numpy and the run's records "
                           "overflow)", f"use a value below {INT64_MAX:.1e}")
-    machine = machine or target_machine(launcher)
+    machine = machine or target_machine(launcher, c.train.device)
+    if machine is None:
+        cpus = int((launcher or {}).get("cpus_per_task") or 1)
+        check(c.train.threads <= cpus, "train.threads",
+              f"{c.train.threads} torch threads, and the SLURM task has hydra.launcher.cpus_per_task={cpus}")
+        return "memory not estimated: a SLURM task with GPUs, whose memory is not known here", []
     warnings = []
     local = "Slurm" not in str((launcher or {}).get("_target_", ""))
     per_arm = int((launcher or {}).get("threads_per_arm") or 1) if local else machine.cores
@@ -196,13 +223,14 @@ def check_resources(c, launcher=None, *, world_size: int = 1, machine: Machine |
             per_step = est.flops_per_step if key == "train.steps" else \
                 6.0 * est.parameters * c.model.warmstart.batch_size * min(shape.context, PROMPT_TOKENS)
             warnings.append(f"{key}={value}: {value * per_step:.1e} FLOPs if it runs them all "
-                            f"({value / HUGE[key]:.0f}x the {HUGE[key]:.0e} steps past which this warns)")
+                            f"(past {HUGE[key]:,} steps scalerl says what a count costs)")
     if est.total > machine.memory:
         raise ConfigError(_largest_key(c, est), f"one arm needs about {_gib(est.total)} ({est.parts()}; "
                           f"{est.parameters / 1e9:.2f}B parameters), and the target, {machine.where}, has "
                           f"{_gib(machine.memory)}", _fix(c, est))
     if est.total > machine.memory // 2:
-        warnings.append(f"one arm needs about {_gib(est.total)} of {machine.where}'s {_gib(machine.memory)}")
+        warnings.append(f"one arm needs about {_gib(est.total)}, over half of the {_gib(machine.memory)} of "
+                        f"the target, {machine.where}")
     summary = (f"about {_gib(est.total)} per arm ({est.parts()}; {est.parameters / 1e6:.1f}M parameters, "
                f"{est.tokens_per_microbatch} tokens per micro-batch), {threads} thread(s); target {machine.where}")
     return summary, warnings
