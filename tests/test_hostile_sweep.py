@@ -157,9 +157,17 @@ def test_one_step_of_the_05b_shape_fits_24_gib_and_48_x_8192_does_not(tmp_path):
 
 
 def test_threads_beyond_the_cores_are_warned_not_refused():
+    two_cores = Machine(64 * GiB, 2, "2 cores")
     c = validate(compose(["logger=none", "async.generators=3"]))
-    _, warnings = check_resources(c, {"threads_per_arm": 1}, machine=Machine(64 * GiB, 2, "2 cores"))
-    assert any("runs 4 threads" in w for w in warnings)   # the trainer's one + 3 generators on 2 cores
+    _, warnings = check_resources(c, {"threads_per_arm": 1}, machine=two_cores)
+    assert any("runs 4 threads" in w and "0.5x" in w for w in warnings)   # the trainer's one + 3 generators on 2 cores
+    _, warnings = check_resources(validate(compose(["logger=none"])), {"threads_per_arm": 2}, machine=two_cores)
+    assert warnings == []          # 2 threads split between the trainer and its one generator
+    _, warnings = check_resources(validate(compose(["logger=none", "train.threads=16"])), machine=two_cores)
+    assert any("runs 17 threads" in w for w in warnings)                  # 8 a core: still legal
+    with pytest.raises(ConfigError) as e:
+        check_resources(validate(compose(["logger=none", "train.threads=17"])), machine=two_cores)
+    assert e.value.key == "train.threads" and "at most 16" in str(e.value)
 
 
 @pytest.mark.parametrize("args, key", [

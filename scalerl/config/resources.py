@@ -32,6 +32,8 @@ PROMPT_TOKENS = 256
 HEAD_CHUNK_BYTES = 256 << 20
 """train.head_chunk=0: 256 MiB of fp32 logits per chunk (docs/trainer-memory.md)."""
 INT64_MAX = 2**63 - 1
+OVERSUBSCRIBED = 8
+"""Threads a core past which a thread count is refused (up to it, more threads than cores is warned)."""
 HUGE = {"train.steps": 10**6, "model.warmstart.max_steps": 10**6}
 """Legal counts past which the dry run says what they will cost (a run of a million steps is a
 month at the paper's pace; docs/embedded.md's default is 300)."""
@@ -202,13 +204,18 @@ def check_resources(c, launcher=None, *, world_size: int = 1, machine: Machine |
     warnings = []
     local = "Slurm" not in str((launcher or {}).get("_target_", ""))
     per_arm = int((launcher or {}).get("threads_per_arm") or 1) if local else machine.cores
+    # More threads than cores is legal, only slower (warned below with its cost); past OVERSUBSCRIBED
+    # threads a core, each thread gets too little of one to be anything but a mistake.
+    limit = OVERSUBSCRIBED * machine.cores
     if local:
-        check(per_arm <= machine.cores, "hydra.launcher.threads_per_arm",
-              f"{per_arm} threads per arm, and {machine.where} has {machine.cores}")
-    check(c.train.threads <= machine.cores, "train.threads",
-          f"{c.train.threads} torch threads, and {machine.where} has {machine.cores} cores")
+        check(per_arm <= limit, "hydra.launcher.threads_per_arm",
+              f"{per_arm} threads per arm, and {machine.where} has {machine.cores} cores (at most {limit})")
+    check(c.train.threads <= limit, "train.threads",
+          f"{c.train.threads} torch threads, and {machine.where} has {machine.cores} cores (at most {limit})")
     node = async_node(c)
-    threads = max(c.train.threads or per_arm, 1) + node.generators - node.external_generators - node.generator_nodes
+    own = node.generators - node.external_generators - node.generator_nodes
+    # The local launcher splits an arm's threads_per_arm among its processes, at least one each (local_pool.py)
+    threads = c.train.threads + own if c.train.threads else max(per_arm, 1 + own)
     if threads > machine.cores:
         warnings.append(f"an arm runs {threads} threads (trainer + async.generators={node.generators}) on "
                         f"{machine.cores} cores: each runs at about {machine.cores / threads:.2g}x its own speed")
