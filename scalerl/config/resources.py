@@ -218,7 +218,7 @@ def check_resources(c, launcher=None, *, world_size: int = 1, machine: Machine |
     threads = c.train.threads + own if c.train.threads else max(per_arm, 1 + own)
     if threads > machine.cores:
         warnings.append(f"an arm runs {threads} threads (trainer + async.generators={node.generators}) on "
-                        f"{machine.cores} cores: each runs at about {machine.cores / threads:.2g}x its own speed")
+                        f"{machine.cores} core(s): each runs at about {machine.cores / threads:.2g}x its own speed")
     shape = model_shape(c.model)
     steps = {"train.steps": c.train.steps,
              "model.warmstart.max_steps": c.model.warmstart.max_steps if c.model.warmstart.enabled else 0}
@@ -233,7 +233,7 @@ def check_resources(c, launcher=None, *, world_size: int = 1, machine: Machine |
                             f"(past {HUGE[key]:,} steps scalerl says what a count costs)")
     if est.total > machine.memory:
         raise ConfigError(_largest_key(c, est), f"one arm needs about {_gib(est.total)} ({est.parts()}; "
-                          f"{est.parameters / 1e9:.2f}B parameters), and the target, {machine.where}, has "
+                          f"{est.parameters / 1e6:,.1f}M parameters), and the target, {machine.where}, has "
                           f"{_gib(machine.memory)}", _fix(c, est))
     if est.total > machine.memory // 2:
         warnings.append(f"one arm needs about {_gib(est.total)}, over half of the {_gib(machine.memory)} of "
