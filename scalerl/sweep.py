@@ -18,10 +18,19 @@ Relaunching any of these skips finished arms and resumes unfinished ones.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except BrokenPipeError:  # the reader went away (`--help | head`): exit quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        sys.exit(141)  # 128 + SIGPIPE, what the shell reports for a tool its reader cut off
+
+
+def _main(argv: list[str] | None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "-h" in argv or "--help" in argv:  # scalerl's own help: no Hydra, no composition, no torch
         from scalerl.launch.cli_help import print_help

@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 from hydra.types import HydraContext
 from omegaconf import DictConfig
 
-from hydra_plugins.scalerl_plugins.sweeper import ACTIONS, ScalerlSweeper
+from hydra_plugins.scalerl_plugins.sweeper import ScalerlSweeper, check_sweeper_settings
 
 
 class ScalerlOptunaSweeper(ScalerlSweeper):  # setup() (the launcher) is the grid sweeper's
@@ -15,8 +15,7 @@ class ScalerlOptunaSweeper(ScalerlSweeper):  # setup() (the launcher) is the gri
                  sampler_kwargs: Optional[dict] = None, pruner: str = "sigmoid", pruner_kwargs: Optional[dict] = None,
                  stop_rule: Optional[dict] = None, storage: Optional[str] = None, study_name: Optional[str] = None,
                  params: Optional[dict] = None, poll_s: float = 5.0, leaderboard: bool = True, n_boot: int = 100):
-        if action not in ACTIONS:
-            raise ValueError(f"hydra.sweeper.action must be one of {ACTIONS}, got {action!r}")
+        check_sweeper_settings(action, poll_s)
         self.action, self.n_trials, self.n_jobs = action, n_trials, n_jobs
         self.objective, self.target_compute = objective, target_compute
         self.sampler, self.seed, self.sampler_kwargs = sampler, seed, dict(sampler_kwargs or {})

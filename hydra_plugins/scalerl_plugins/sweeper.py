@@ -11,11 +11,24 @@ from omegaconf import DictConfig
 ACTIONS = ("run", "status", "dry-run")
 
 
+def check_sweeper_settings(action, poll_s) -> None:
+    """The settings every scalerl sweeper reads at once: a ConfigError naming the key (Hydra wraps it in
+    an InstantiationException; the entry point unwraps it). ``poll_s`` <= 0 or NaN busy-loops the
+    sweep's parent process (the early-stop watcher waits that long between checks)."""
+    from scalerl.core.errors import ConfigError  # here: Hydra imports this module in every Hydra app
+
+    if action not in ACTIONS:
+        raise ConfigError("hydra.sweeper.action", f"must be one of {list(ACTIONS)}, got {action!r}",
+                          "use --dry-run or --status, or leave it at run")
+    if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not 0 < poll_s < float("inf"):
+        raise ConfigError("hydra.sweeper.poll_s", f"must be a number of seconds > 0, got {poll_s!r}",
+                          "set hydra.sweeper.poll_s=5 (the default)")
+
+
 class ScalerlSweeper(Sweeper):
     def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: Optional[int] = None,
                  reuse: bool = True, early_stop: bool = False, stop_rule: Optional[dict] = None, poll_s: float = 5.0):
-        if action not in ACTIONS:
-            raise ValueError(f"hydra.sweeper.action must be one of {ACTIONS}, got {action!r}")
+        check_sweeper_settings(action, poll_s)
         self.action = action
         self.leaderboard = leaderboard
         self.n_boot = n_boot        # None: the analysis default, the same as `python -m analysis fit`

@@ -40,9 +40,13 @@ def _keys_of(cause) -> list[str]:
 
 def as_config_error(exc: Exception) -> ConfigError:
     """A Hydra or OmegaConf composition error, as one line that names the key."""
-    if isinstance(exc, ConfigError):
-        return exc
+    inner = _config_error_in_chain(exc)  # our check, wrapped by Hydra (a plugin's __init__: InstantiationException)
+    if inner is not None:
+        return inner
     cause = exc.__cause__
+    composed = _in_composition(exc)
+    if composed is not None:
+        return composed
     key = getattr(cause, "full_key", None)
     if isinstance(exc, (MissingConfigException, ConfigCompositionException)):
         found = re.search(r"Could not find '([\w/]+)/([^'/]+)'", str(exc))
@@ -78,5 +82,36 @@ def as_config_error(exc: Exception) -> ConfigError:
                            f"cannot parse `{override}`: {str(exc).splitlines()[0]}",
                            "write it as key=value; lists as [a,b] (https://hydra.cc/docs/advanced/override_grammar/basic)")
     if isinstance(exc, (ConfigCompositionException, MissingConfigException)):
-        return ConfigError("overrides", str(exc).splitlines()[0])
+        return ConfigError("overrides", " ".join(str(exc).split("\n", 2)[:2]).strip())
     return ConfigError("config", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def _config_error_in_chain(exc: BaseException) -> ConfigError | None:
+    """The first ConfigError among ``exc`` and its causes (Hydra wraps what a plugin raises)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ConfigError):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _in_composition(exc: BaseException) -> ConfigError | None:
+    """Composition errors whose first line alone names no key: an option left empty (``loss=``),
+    and a list of options of one group (``loss=[cispo,dapo]``: Hydra merges them, and their
+    schemas clash), each named by its group with the reason."""
+    text = str(exc)
+    empty = re.search(r"Could not find '([\w/]+)/'", text)
+    if empty and empty.group(1) in OPTION_GROUPS:
+        group = empty.group(1)
+        return ConfigError(group, f"no option given; choose from {sorted(OPTION_GROUPS[group])}",
+                           f"write it as `{group}=<option>`, e.g. `{group}={sorted(OPTION_GROUPS[group])[0]}`")
+    merged = re.match(r"In '(?:schema/)?([\w/]+)/[^']+': (\w+) raised while composing config:\s*\n\s*(.+)", text)
+    if merged and merged.group(1) in OPTION_GROUPS:
+        group, reason = merged.group(1), merged.group(3).strip()
+        if "is not a subclass of" in reason:
+            return ConfigError(group, "takes one option, and a list of options merges several whose settings clash "
+                               f"({reason.split('. value:')[0]})", f"choose one (`{group}=<option>`); to compare "
+                               f"several, run a sweep: `-m {group}=a,b`")
+        return ConfigError(group, f"{merged.group(2)}: {reason}")
+    return None

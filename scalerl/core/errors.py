@@ -9,6 +9,7 @@ class ConfigError(ValueError):
         self.key = key
         self.reason = message
         fix = fix or f"fix it with `{key}=...` on the command line or in its YAML"
+        self.fix = fix
         super().__init__(f"{key}: {message}  ({fix})")
 
 

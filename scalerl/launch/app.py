@@ -24,6 +24,7 @@ from scalerl.config.store import register_schemas
 from scalerl.core.errors import CheckpointsRefused, ConfigError
 from scalerl.core.paths import conf_dir, sweeps_dir
 from scalerl.launch.jobs import launchers
+from scalerl.launch.precheck import check_command_line
 from scalerl.launch.rundir import register_resolver
 from scalerl.launch.task import run_arm
 
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         sys.argv = [sys.argv[0], *hydra_argv(argv)]
+        check_command_line(sys.argv[1:])
     except ConfigError as e:
         print(f"[scalerl] config error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -36,7 +36,7 @@ from scalerl.core.jsonio import JsonlFile
 from scalerl.launch import early_stop, rundir
 from scalerl.launch.sweep_summary import write_leaderboard
 from scalerl.launch.search_space import corners, parse_space, trial_overrides
-from scalerl.launch.sweeping import LAUNCH_STATES, plan_arms, print_table
+from scalerl.launch.sweeping import LAUNCH_STATES, invalid_arms, plan_arms, print_table
 
 OBJECTIVES = ("A", "target", "A_and_B")
 SAMPLERS = ("tpe", "random", "nsgaii")
@@ -176,9 +176,7 @@ def _open_study(sweeper, space, fixed, loader, *, create=True):
     arms = plan_arms([trial_overrides(c, fixed) for c in corners(space)], sweeper.config, loader)
     bad = [a for a in arms if a.state == "invalid"]
     if bad:
-        for a in bad:
-            print(f"[scalerl] invalid trial {' '.join(a.overrides)}:\n  {a.error}", file=sys.stderr)
-        raise ConfigError(bad[0].key, "the search space reaches invalid configs; nothing was launched")
+        raise invalid_arms(bad, len(arms), "trials (the search space reaches invalid configs)")
     sweep_dir = arms[0].run_dir.parent
     storage = sweeper.storage or f"sqlite:///{sweep_dir / 'optuna.db'}"
     rule = early_stop.stop_rule(sweeper.stop_rule, sweeper.target_compute if sweeper.objective == "target" else None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scalerl.config import ConfigError, as_config_error, check, check_environment, validate
+from scalerl.config.resources import check_resources
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import early_stop, rundir
@@ -58,6 +60,11 @@ class Arm:
     wandb: dict | None = None
     """The arm's W&B settings (project, entity, group, mode) when it logs to W&B."""
     arm_hash: str = ""
+    err: ConfigError | None = None
+    """Why the arm is invalid (state ``invalid``)."""
+    resources: str = ""
+    """The arm's memory and threads estimate against its target machine (config/resources.py)."""
+    warnings: tuple = ()
 
     @property
     def name(self) -> str:
@@ -115,8 +122,15 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
             obj = validate(job_config(cfg), world_size=launcher_world_size(cfg))
             if _trains_here(cfg):  # a SLURM sweep's arms run elsewhere: their machine is checked there
                 check_environment(obj)
+                generator_nodes = int(OmegaConf.select(cfg, "async.generator_nodes", default=0) or 0)
+                check(not generator_nodes, "async.generator_nodes", f"{generator_nodes} generator node(s) are the "
+                      "last nodes of a SLURM job, and this launcher runs arms on this machine; use "
+                      "hydra/launcher=slurm hydra.launcher.nodes=<trainer nodes + generator nodes>, or 0")
+            resources, warnings = check_resources(obj, OmegaConf.select(cfg, "hydra.launcher", default=None),
+                                                  world_size=launcher_world_size(cfg))
             run_dir = rundir.sweep_run_dir(cfg)
-            arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg), arm_hash=rundir.arm_hash(cfg))
+            arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg), arm_hash=rundir.arm_hash(cfg),
+                      resources=resources, warnings=tuple(warnings))
             if reuse and arm.state == "pending":
                 arm.reused_from = _finished_elsewhere(cfg, run_dir)
                 arm.state = "done" if arm.reused_from is not None else arm.state
@@ -125,7 +139,7 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
             arms.append(arm)
         except Exception as e:  # our checks, and Hydra's (unknown option, a key the option lacks, bad syntax)
             err = as_config_error(e)
-            arms.append(Arm(list(overrides), Path(" ".join(overrides) or "default"), "invalid", str(err), err.key))
+            arms.append(Arm(list(overrides), Path(" ".join(overrides) or "default"), "invalid", str(err), err.key, err=err))
     return arms
 
 
@@ -220,10 +234,10 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     sweep_dir = parents.pop() if len(parents) == 1 else Path(str(sweeper.config.hydra.sweep.dir))
     bad = [a for a in arms if a.state == "invalid"]
     if bad:
-        for a in bad:
-            print(f"[scalerl] invalid arm {' '.join(a.overrides)}:\n  {a.error}", file=sys.stderr)
-        raise ConfigError(bad[0].key, f"{len(bad)} of {len(arms)} arms are invalid; nothing was launched")
+        raise invalid_arms(bad, len(arms))
+    check_scheduler(sweeper.config, action)
     print_table(arms, f"{len(arms)} arm(s) in {sweep_dir}" + (f" (study {study})" if study else ""))
+    print_resources(arms)
     if action in ("status", "dry-run"):
         return []
     reused = [a for a in arms if a.reused_from is not None]
@@ -243,6 +257,47 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     if failed:
         sys.exit(1)
     return returns
+
+
+def invalid_arms(bad: list[Arm], n: int, what: str = "arms") -> ConfigError:
+    """One line per distinct error (the arms that share it counted), the first one returned to be raised:
+    the last line the user sees repeats the reason and names the key."""
+    by_error: dict[str, list[Arm]] = {}
+    for a in bad:
+        by_error.setdefault(a.error or "", []).append(a)
+    first, *others = by_error.values()
+    for group in others:
+        print(f"[scalerl] config error: {group[0].error} [{_which(group)}]", file=sys.stderr)
+    err = first[0].err or ConfigError(first[0].key, first[0].error or "invalid")
+    return ConfigError(err.key, f"{err.reason} [{_which(first)}; {len(bad)} of {n} {what} invalid, nothing was launched]",
+                       err.fix)
+
+
+def _which(group: list[Arm]) -> str:
+    label = " ".join(o for o in group[0].overrides if not o.startswith("study=")) or "the defaults"
+    return f"arm `{label}`" + (f" and {len(group) - 1} more" if len(group) > 1 else "")
+
+
+def check_scheduler(config, action: str) -> None:
+    """A SLURM sweep needs SLURM here: submitit submits with sbatch and polls with squeue. A dry run
+    only warns, so a SLURM sweep's arms can be validated on a laptop before it goes to the cluster."""
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+    if "Slurm" in target and (shutil.which("sbatch") is None or shutil.which("squeue") is None):
+        why = "slurm submits with sbatch and watches with squeue, and this machine's PATH lacks them"
+        check(action != "run", "hydra/launcher", f"{why}; run it from a SLURM login node, or use hydra/launcher=local")
+        print(f"[scalerl] warning: {why}: this sweep would be refused here", file=sys.stderr)
+
+
+def print_resources(arms: list[Arm]) -> None:
+    """Each arm's memory and threads estimate (once when all agree), then the warnings, each once."""
+    lines = list(dict.fromkeys(a.resources for a in arms if a.resources))
+    if len(lines) == 1:
+        print(f"[scalerl] resources: {lines[0]}")
+    else:
+        for i, a in enumerate(arms):
+            print(f"[scalerl] resources of arm {i}: {a.resources}")
+    for w in dict.fromkeys(w for a in arms for w in a.warnings):
+        print(f"[scalerl] warning: {w}", file=sys.stderr)
 
 
 def launch_and_adopt(arms: list[Arm], launcher) -> list:

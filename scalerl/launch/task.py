@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from scalerl.config import ConfigError, check_environment, validate
+from scalerl.config.resources import check_resources
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
@@ -112,6 +113,7 @@ def run_arm(cfg: DictConfig) -> dict:
     try:
         obj = validate(cfg)
         check_environment(obj)  # CUDA, vLLM: before the run directory fills and the warm start runs
+        _, warnings = check_resources(obj, OmegaConf.select(HydraConfig.get(), "launcher", default=None))
         node = async_node(obj)
         role = slurm_role(node.generator_nodes, node.generators)  # SLURM node roles (roles.py)
     except ConfigError as e:
@@ -120,6 +122,9 @@ def run_arm(cfg: DictConfig) -> dict:
             print(f"[scalerl] config error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
         raise  # an arm of a sweep: the sweeper reports it with the arm
+    if HydraConfig.get().mode == RunMode.RUN:  # a sweep's parent said these already
+        for w in warnings:
+            print(f"[scalerl] warning: {w}", file=sys.stderr)
     summary_path = run_dir / "summary.json"
     previous = read_json(summary_path) or {}
     if previous.get("status") == "done":
