@@ -101,9 +101,9 @@ def curves_figure(content):
             line=dict(color=col, width=1, dash="dot"), legendgroup=group, showlegend=False,
             meta={"kind": "cutoff", "run": run}, hovertemplate=f"{run}: fit starts here<extra></extra>")
     fig = go.Figure([t for t, _ in traces])
-    fig.update_layout(template="plotly_white", height=430, margin=dict(l=50, r=10, t=40, b=40),
+    fig.update_layout(template="plotly_white", height=460, margin=dict(l=50, r=10, t=40, b=40),
                       yaxis=dict(title="held-out pass rate", range=[0, 1]), xaxis=dict(title=AXES[0][1]),
-                      legend=dict(title="arm (click to toggle)"), updatemenus=_axis_buttons(traces))
+                      legend=dict(title="arm (click to toggle)", orientation="h", y=-0.18), updatemenus=_axis_buttons(traces))
     return fig
 
 
@@ -128,7 +128,7 @@ def diagnostics_figure(content, cols=3):
                 meta={"kind": key, "run": run}, hovertemplate=f"{run}<br>%{{y:.4g}}<extra></extra>")
             fig.add_trace(traces[before][0], row=p // cols + 1, col=p % cols + 1)
     fig.update_layout(template="plotly_white", height=240 * rows + 60, margin=dict(l=50, r=10, t=90, b=30),
-                      showlegend=True, updatemenus=_axis_buttons(traces, rows=rows * cols, y=1.0 + 40 / (240 * rows)))
+                      showlegend=True, legend=dict(orientation="h", y=1.0 + 75 / (240 * rows)), updatemenus=_axis_buttons(traces, rows=rows * cols, y=1.0 + 40 / (240 * rows)))
     fig.update_annotations(font_size=12)
     return fig
 

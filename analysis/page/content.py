@@ -185,15 +185,23 @@ def _git_commit():
         return "unknown (git not found)"
 
 
-def _command(sweep_dir):
-    """The sweep's command, as its multirun.yaml (Hydra) recorded it, else unknown."""
-    for path in sorted(Path(sweep_dir).glob("**/multirun.yaml"))[:1]:
+def _command(run_dirs):
+    """The sweep's command, rebuilt from its arms' Hydra overrides (.hydra/overrides.yaml): each key
+    with the values its arms took, comma-separated, as `-m` takes them."""
+    values = {}
+    for run_dir in run_dirs:
         try:
-            task = (yaml.safe_load(path.read_text()) or {}).get("hydra", {}).get("overrides", {}).get("task", [])
-            return "python -m scalerl.sweep -m " + " ".join(task)
-        except (OSError, yaml.YAMLError, AttributeError):
-            pass
-    return None
+            overrides = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or []
+        except (OSError, yaml.YAMLError):
+            continue
+        for item in overrides if isinstance(overrides, list) else []:
+            key, _, value = str(item).partition("=")
+            seen = values.setdefault(key, [])
+            if value not in seen:
+                seen.append(value)
+    if not values:
+        return None
+    return "python -m scalerl.sweep -m " + " ".join(f"{k}={','.join(v)}" for k, v in values.items())
 
 
 def gather(sweep_dir, results_dir=None, *, command=None):
@@ -239,7 +247,7 @@ def gather(sweep_dir, results_dir=None, *, command=None):
             break
 
     provenance = {
-        "command": command or _command(sweep_dir) or "unknown (not recorded)",
+        "command": command or _command([d.run_dir for d in runs.values()]) or "unknown (not recorded)",
         "commit": _git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "machine": f"{platform.node()} ({platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()})",

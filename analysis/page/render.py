@@ -86,6 +86,16 @@ def verdict_sentence(content):
             f"{'; tied: the data does not separate them' if len(first) > 1 else ''}).")
 
 
+def verdict_html(content):
+    """The verdict: one sentence, the leaderboard, and a sentence per tie and status (also logged to W&B)."""
+    return f"""<p>{verdict_sentence(content)}</p>
+{leaderboard_table(content.board)}
+<p class="note">A: the asymptotic pass rate; B: how fast it is approached; C_mid: the compute at half the gain;
+R0: the step-0 pass rate (arXiv 2510.13786 §2). Brackets: {fmt(100 * content.options.level)}% intervals.
+Shaded rows share a tie group.</p>
+{notes_list(content.notes)}"""
+
+
 def varied_table(content):
     if not content.varying:
         return '<p class="note">The arms share one config (seeds of one arm, or a single run).</p>'
@@ -188,12 +198,7 @@ def page(content, curves_html, diagnostics_html, explanation):
 <body>
 <h1>scalerl sweep report: {esc(content.title)}</h1>
 <div class="top">
-<section id="verdict"><h2>Verdict</h2><p>{verdict_sentence(content)}</p>
-{leaderboard_table(content.board)}
-<p class="note">A: the asymptotic pass rate; B: how fast it is approached; C_mid: the compute at half the gain;
-R0: the step-0 pass rate (arXiv 2510.13786 §2). Brackets: {fmt(100 * content.options.level)}% intervals.
-Shaded rows share a tie group.</p>
-{notes_list(content.notes)}
+<section id="verdict"><h2>Verdict</h2>{verdict_html(content)}
 <details><summary>all leaderboard.csv columns</summary>{full_table(content.board)}</details>
 </section>
 <section id="curves"><h2>Curves</h2>{curves_html}
