@@ -7,6 +7,7 @@
     python -m analysis fit outputs/runs --out out --metric 'pass_rate/*'     # one curve per task (task=mix)
     python -m analysis fit sweep/ --out out --metric pass_rate/math --metric pass_rate/code
     python -m analysis plan sweep/ --budget 2e16 --out out     # which arm wins at my budget?
+    python -m analysis report sweep/                            # regenerate sweep/report.html
 
 On a SLURM cluster, run it on a CPU node after the sweep's array finishes, e.g.
     srun -c 2 --time 10 python -m analysis fit $SWEEP_DIR --out $SWEEP_DIR/analysis
@@ -140,12 +141,24 @@ def build_parser():
                       help="the compute budget C (> 0)")
     plan.add_argument("--n-boot", type=_n_boot, default=FitOptions.n_boot, metavar="N",
                       help="bootstrap replicates behind the intervals and P(best) (default %(default)s)")
+    rep = sub.add_parser("report", help="write report.html, one self-contained page, from a fitted sweep's files")
+    rep.add_argument("path", help="sweep directory (its runs, and leaderboard.csv unless --results)")
+    rep.add_argument("--results", default=None, help="directory holding leaderboard.csv (default: the sweep directory)")
+    rep.add_argument("--quiet", action="store_true", help="print nothing")
     return parser
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "report":
+        from analysis.page import write_report
+        try:
+            write_report(args.path, args.results, quiet=args.quiet)
+        except (InputError, OSError) as err:
+            print(f"{parser.prog} report: error: {err}", file=sys.stderr)
+            return 2
+        return 0
     fields = dict(r0=args.r0, min_compute=args.min_compute, method=args.method, seed=args.seed)
     if args.command in ("plan", "extrapolate"):
         fields.update(n_boot=args.n_boot)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 MANIFEST = "analysis.json"
 KINDS = {
-    "fit": ("leaderboard.csv", "overview.png", "params.png", "run-*.png"),
+    "fit": ("leaderboard.csv", "overview.png", "params.png", "run-*.png", "report.html"),
     "extrapolate": ("extrapolation.csv", "extrapolation.png"),
     "plan": ("plan.csv", "plan.png"),
 }

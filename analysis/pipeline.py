@@ -79,17 +79,34 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
                 written.append(io.save_figure(fig, out / f"run-{io.safe_name(run)}.png"))
     written += figures
     outputs.record(out, "fit", outputs.run_ids(points), settings, written)
+    page = _report(path, out, quiet)
     if not quiet:
         print(format_leaderboard(board, axes=axis_columns(points)))
         n_run = len(written) - len(figures) - 1
         names = ["leaderboard.csv"] + [f.name for f in figures] + ([f"{n_run} run plots (run-*.png)"] if n_run else [])
         print(f"\nwrote {len(written)} files in {out}: {', '.join(names)}")
+        if page is not None:
+            print(f"report: {page[0]}")
     if wandb:
         from analysis.report import log_report
         source = "dataframe" if isinstance(path, pd.DataFrame) else str(path)
         log_report(board, figures, out_dir=out, project=wandb_project, group=wandb_group or title,
-                   config={**settings, "source": source}, **{"quiet": quiet, **(wandb_settings or {})})
+                   config={**settings, "source": source}, page=page, **{"quiet": quiet, **(wandb_settings or {})})
     return board
+
+
+def _report(path, out, quiet):
+    """report.html beside leaderboard.csv (sweep directories only); a failure is reported, never raised:
+    the leaderboard matters more than its page."""
+    if isinstance(path, pd.DataFrame) or not Path(str(path)).is_dir():
+        return None
+    try:
+        from analysis.page import write_report
+        return write_report(path, out, quiet=True)     # (path, content)
+    except Exception as err:  # noqa: BLE001
+        if not quiet:
+            print(f"could not write report.html ({type(err).__name__}: {err}); retry with `python -m analysis report {path}`")
+        return None
 
 
 def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS, *, fraction=0.5,

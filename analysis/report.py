@@ -54,9 +54,12 @@ def _plain(value):
 
 
 def log_report(board, figures, *, out_dir, project="scalerl-analysis", group=None,
-               name="analysis", config=None, mode=None, entity=None, tags=(), quiet=False):
+               name="analysis", config=None, mode=None, entity=None, tags=(), quiet=False, page=None):
     """One W&B run holding the leaderboard (wandb.Table), the PNGs (wandb.Image) and,
     per ranked row, its fitted parameters as summary values `fit/<run>/<param>`.
+    page: (report.html path, its analysis.page Content): the sweep report too, as `report`
+    (the whole page), `verdict` (leaderboard and a sentence per tie and status) and Plotly
+    charts `curves` and `diagnostics`, so a team on W&B sees what the page shows.
 
     At the end of a scalerl sweep this is the sweep's summary run: same project, entity
     and group as its arms, `job_type="analysis"`, tagged `summary`."""
@@ -75,6 +78,13 @@ def log_report(board, figures, *, out_dir, project="scalerl-analysis", group=Non
                 table[col] = table[col].map(lambda v: "" if v is None or v != v else str(v))
         run.log({"leaderboard": wandb.Table(dataframe=table)})
         run.log({f"plots/{Path(p).stem}": wandb.Image(str(p)) for p in figures})
+        if page is not None:
+            from analysis.page import charts, render
+            path, content = page
+            run.log({"report": wandb.Html(Path(path).read_text(encoding="utf-8")),
+                     "verdict": wandb.Html(render.verdict_html(content)),
+                     "curves": wandb.Plotly(charts.curves_figure(content)),
+                     "diagnostics": wandb.Plotly(charts.diagnostics_figure(content))})
         for row in board.to_dict("records"):
             for key in PARAMS + ("status",):
                 value = _plain(row.get(key))

@@ -69,6 +69,8 @@ def next_steps(sweep_dir: Path, board, run_dirs: list[Path]) -> str:
     where = shlex.quote(str(sweep_dir))
     lines = [f"[scalerl] results: {sweep_dir}/leaderboard.csv, overview.png, params.png and run-*.png"
              " (one per run)"]
+    if (Path(sweep_dir) / "report.html").is_file():
+        lines.append(f"[scalerl] report: {sweep_dir}/report.html (one page: open it in any browser)")
     from analysis.board_text import ranked_units
 
     units = ranked_units(board) if len(board) else board
