@@ -153,7 +153,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, recipe,
                                 minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip,
                                 temperature=cfg.train.temperature, mine=mine, dist=dist,
-                                micro_batch_tokens=cfg.train.micro_batch_tokens)
+                                micro_batch_tokens=cfg.train.micro_batch_tokens, version=step - 1)
             r.scheduler.step()
             r.sync_generator(step)  # the in-process generator samples from the new weights
             sched.publish(step)  # the generators get version `step` (now, or at the next phase)
