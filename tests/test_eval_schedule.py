@@ -44,3 +44,15 @@ def test_bad_settings_name_the_key(override, key):
     with pytest.raises(ConfigError) as e:
         validate(compose(["logger=none", override]))
     assert e.value.key == key
+
+
+def test_a_run_evaluates_at_the_log_schedules_steps(tiny_cfg, tmp_path):
+    import json
+
+    from scalerl.train.loop import train
+
+    # 2 * 6^(k/3) = 2, 3.63, 6.60, 12 -> evals at 0, 2, 4, 7, 12
+    cfg = tiny_cfg("train.steps=12", "train.eval_points=4", "train.eval_first=2", "train.eval_samples=1")
+    train(cfg, tmp_path / "r", run_name="r", group="t", config_dict={})
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 2, 4, 7, 12]
