@@ -94,7 +94,8 @@ gen = SimpleNamespace(tokens=torch.randint(0, V, (P * G, T), generator=g), prese
                       sampled=torch.ones(P * G, T, dtype=torch.bool), logprobs=torch.full((P * G, T), -11.9))
 ro = SimpleNamespace(gen=gen, correct=torch.zeros(P, G), prompt_ids=torch.randint(0, V, (P, W), generator=g),
                      prompt_mask=torch.ones(P, W, dtype=torch.long))
-recipe = SimpleNamespace(loss=partial(cispo_loss, cfg=CispoConfig()), aggregate=partial(prompt_mean, cfg=None))
+recipe = SimpleNamespace(loss=partial(cispo_loss, cfg=CispoConfig()), aggregate=partial(prompt_mean, cfg=None),
+                         needs_old_logp=False)
 dist = SimpleNamespace(rank=0, world=1, device=torch.device("cpu"), mesh=None, all_sum=lambda x: x, all_cat=lambda x: x)
 adv = torch.randn(P, G, generator=g)
 phases = {}

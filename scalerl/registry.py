@@ -22,6 +22,8 @@ from scalerl.aggregation.base import AggregateFn
 from scalerl.asynchrony import ASYNC_MODES
 from scalerl.asynchrony.base import Interleaving
 from scalerl.core.option import Option
+from scalerl.correction import CORRECTIONS
+from scalerl.correction.base import CorrectionFn
 from scalerl.filters import FILTERS
 from scalerl.filters.base import FilterFn
 from scalerl.length import LENGTHS
@@ -38,6 +40,7 @@ AXES: dict[str, dict[str, Option]] = {
     "precision": PRECISIONS,
     "filter": FILTERS,
     "length": LENGTHS,
+    "correction": CORRECTIONS,
     "async": ASYNC_MODES,  # a Python keyword: reach the node with ``async_node(cfg)``
 }
 
@@ -52,6 +55,10 @@ class Recipe:
     keep: FilterFn
     plan_lengths: LengthFn
     heads: HeadsFn
+    correct: CorrectionFn
+    """Generator-trainer mismatch correction (``correction``, docs/mismatch.md): per-token loss weights."""
+    needs_old_logp: bool
+    """The correction needs π_old: one extra forward without gradient before the update."""
     retire_at: Optional[float]
     """No-Positive-Resampling threshold (``filter=zero_variance_npr``); None: never retire."""
     refill_rounds: int
@@ -79,6 +86,8 @@ def build_recipe(cfg) -> Recipe:
         keep=bind(cfg.filter, FILTERS),
         plan_lengths=bind(cfg.length, LENGTHS),
         heads=bind(cfg.precision, PRECISIONS),
+        correct=bind(cfg.correction, CORRECTIONS),
+        needs_old_logp=cfg.correction.needs_old_logp(),
         retire_at=cfg.filter.retire_at,
         refill_rounds=cfg.filter.refill_rounds,
         interleaving=bind(async_node(cfg), ASYNC_MODES)(),

@@ -193,7 +193,7 @@ def make_pool(cfg, n):
     model, tok = load_checkpoint(ckpt, dtype=torch.float32, device=torch.device("cpu"))
     body = cfg.precision.generator_body
     spec = WorkerSpec(rank=0, n_generators=n, checkpoint=str(ckpt), device="cpu",
-                      dtype="float32" if body == "auto" else body, compute_dtype="float32",
+                      dtype="float32" if body in ("auto", "engine") else body, compute_dtype="float32",
                       heads=build_recipe(cfg).heads, attn_implementation=None, threads=1, timeout_s=60,
                       in_flight=True, schema=())
     pool = GeneratorPool(spec, n, model.state_dict())

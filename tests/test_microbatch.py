@@ -51,16 +51,18 @@ class OneRank:
         return x
 
 
-@pytest.mark.parametrize("aggregation", ["prompt", "sample", "token"])
-def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation):
+@pytest.mark.parametrize("aggregation,correction", [("prompt", "none"), ("sample", "none"), ("token", "none"),
+                                                    ("prompt", "icepop")])
+def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation, correction):
     """One policy_update with micro-batches of at most 24 padded tokens (rows split across
-    micro-batches, groups too) gives the single-forward update to float rounding."""
+    micro-batches, groups too) gives the single-forward update to float rounding; with a
+    correction's per-token weights (IcePop, some tokens masked) too."""
     from scalerl.train.rollout import rollout
     from scalerl.train.run_plan import plan_run
     from scalerl.train.setup import build_run, prepare_checkpoint
 
     cfg = tiny_cfg("batch.prompts=4", "batch.generations=4", "batch.minibatches=2", f"aggregation={aggregation}",
-                   "loss=cispo", "length=truncate")
+                   f"correction={correction}", "loss=cispo", "length=truncate")
     task, ckpt = prepare_checkpoint(cfg)
     plan = plan_run(cfg, OneRank(), ckpt)
     r = build_run(plan, task, ckpt)
@@ -72,6 +74,8 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation):
     cut = torch.arange(ro.gen.present.shape[1])[None] < (1 + torch.arange(16) * 3 % 5)[:, None]
     ro.gen.present &= cut
     ro.gen.sampled &= cut
+    if correction != "none":  # generator log-probs off by up to +-2 nats: IcePop masks some tokens, weighs others
+        ro.gen.logprobs += 4 * torch.rand(ro.gen.logprobs.shape, generator=torch.Generator().manual_seed(5)) - 2
     lengths = ro.gen.present.sum(-1)
     assert lengths.max() > lengths.min() and ro.gen.sampled.any()
     keep = torch.ones(4, dtype=torch.bool)
@@ -88,8 +92,10 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation):
                                   micro_batch_tokens=budget))
         weights.append({k: v.clone() for k, v in r.trainer.state_dict().items()})
     one, micro = outs
+    if correction != "none":  # the weights did act: some tokens masked, and the extra forward ran
+        assert 0 < one["correction_masked_frac"] < 1 and one["correction_forward_s"] > 0
     assert one.keys() == micro.keys()
-    for k in one:
+    for k in (k for k in one if not k.endswith("_s")):  # not the timings
         # The loss nearly cancels (see below): its rounding shows at 1e-4 of its value.
         assert micro[k] == pytest.approx(one[k], rel=3e-4, abs=1e-7), k
     moved = max((weights[0][k] - start[k]).abs().max().item() for k in start)

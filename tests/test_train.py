@@ -123,7 +123,9 @@ def test_one_sided_fp32_head_shows_generator_trainer_mismatch(tiny_cfg, tmp_path
     # only") shows up in the logged mismatch and importance ratios.
     mism = {}
     for name, extra in (("both", []), ("one_side", ["precision.trainer=false"])):
-        run(tiny_cfg("precision=fp32_head", *extra, "train.steps=2", "train.eval_every=2"), tmp_path / name)
+        # generator_body=auto: the generator samples from the trainer's own weights (not the engine's bf16)
+        run(tiny_cfg("precision=fp32_head", "precision.generator_body=auto", *extra, "train.steps=2",
+                     "train.eval_every=2"), tmp_path / name)
         rows = JsonlFile(tmp_path / name / "steps.jsonl").rows()
         mism[name] = (sum(s["logp_mismatch"] for s in rows) / 2, sum(s["ratio_dev"] for s in rows) / 2)
     assert mism["both"][0] < 1e-5 and mism["both"][1] < 1e-5

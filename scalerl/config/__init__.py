@@ -164,7 +164,8 @@ def _cross_checks(c: Config) -> None:
               f"nccl broadcasts from the trainer to generator processes, and async={async_node(c).name} has none "
               "(vLLM runs in the trainer's process); use generation.weight_transfer=gloo, or async=pipeline_rl")
     gen_body = c.precision.generator_body_setting()
-    check(not (c.generation.name != "torch" and gen_body != "auto"), "precision.generator_body",
+    # engine: an engine of its own holds its weights in its own dtype already (vLLM: generation.dtype)
+    check(not (c.generation.name != "torch" and gen_body not in ("auto", "engine")), "precision.generator_body",
           f"generation={c.generation.name} sets its own body dtype with generation.dtype; use that instead of "
           f"precision.generator_body={gen_body}")
 

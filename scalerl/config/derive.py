@@ -2,8 +2,9 @@
 quantity. Its result is written next to config.yaml as ``derived.json``."""
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
+
+from scalerl.config.eval_schedule import eval_steps
 
 
 @dataclass(frozen=True)
@@ -41,5 +42,6 @@ def derive(cfg, world_size: int = 1, phrase_tokens: int | None = None) -> Derive
         steps_per_epoch=steps_per_epoch,
         epochs=cfg.train.steps / steps_per_epoch if steps_per_epoch else 0.0,
         max_completion_tokens=cfg.length.completion_budget(phrase_tokens),
-        eval_points=1 + math.ceil(cfg.train.steps / cfg.train.eval_every),
+        eval_points=len(eval_steps(cfg.train.steps, every=cfg.train.eval_every, points=cfg.train.eval_points,
+                                   first=cfg.train.eval_first)),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import keyword
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
@@ -58,9 +58,16 @@ class TrainConfig:
     """Sampling temperature of training and held-out samples. The embedded default's: at 1.0 a character-level
     tiny model misspells one column sum in ten, and RL's slow sharpening of that noise hid the plateau
     (docs/embedded.md); set 1.0 for a real checkpoint (docs/tasks.md), as most RL recipes sample."""
-    eval_every: int = 20
-    """Steps between held-out evals (the embedded default's 31 points per curve: docs/embedded.md).
-    Above train.steps is allowed: the run evaluates at step 0 and its last step only (smoke tests)."""
+    eval_every: Optional[int] = None
+    """Steps between held-out evals (the every-N schedule); null (the default): ``eval_points`` evals
+    spread evenly in log steps (``config/eval_schedule.py``). Above train.steps is allowed: the run
+    evaluates at step 0 and its last step only (smoke tests)."""
+    eval_points: int = 16
+    """The log schedule's evals after step 0: evenly spaced in log steps from ``eval_first`` to
+    train.steps, the last step always included (steps that round to the same one merge)."""
+    eval_first: int = 10
+    """The log schedule's first eval after step 0: the fit drops the first tenth of a run's compute
+    (analysis/fit.py, ``min_compute``), so points spent on steps 1-9 would only draw the plot."""
     eval_samples: int = 2
     """Samples per held-out prompt; the pass rate is their mean (paper: 16)."""
     ckpt_every: int = 25
@@ -91,7 +98,10 @@ class TrainConfig:
         check(self.weight_decay >= 0, "train.weight_decay", f"must be >= 0, got {self.weight_decay}")
         check(self.warmup_steps >= 0, "train.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.betas", f"need two values in [0, 1), got {self.betas}")
-        check(self.eval_every > 0, "train.eval_every", f"must be > 0, got {self.eval_every}")
+        check(self.eval_every is None or self.eval_every > 0, "train.eval_every",
+              f"must be > 0 (or null: the log schedule of train.eval_points), got {self.eval_every}")
+        check(self.eval_points >= 2, "train.eval_points", f"must be >= 2 (the first and the last step), got {self.eval_points}")
+        check(self.eval_first >= 1, "train.eval_first", f"must be >= 1, got {self.eval_first}")
         check(self.eval_samples > 0, "train.eval_samples", f"must be > 0, got {self.eval_samples}")
         check(self.ckpt_every > 0, "train.ckpt_every", f"must be > 0, got {self.ckpt_every}")
         check(self.keep_checkpoints >= 1, "train.keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")

@@ -42,6 +42,9 @@ class EngineContext:
     head_dtype: Optional[dtype]
     """dtype of the generator's logits (``precision``'s generator side); None: the body's."""
     seed: int
+    round_to: Optional[dtype] = None
+    """An in-process sampler with its own weights rounds every weight it loads to this dtype
+    (``precision.generator_body=engine``: a serving engine's bf16 weights, docs/mismatch.md)."""
 
 
 class BuildFn(Protocol):

@@ -45,9 +45,11 @@ class TorchGenerator:
     loop's default), a push copies nothing and only moves the version; owning a copy of
     the weights (a generator process, another body dtype), a push copies them in."""
 
-    def __init__(self, policy: Policy, device: torch.device):
+    def __init__(self, policy: Policy, device: torch.device, round_to: Optional[torch.dtype] = None):
+        """``round_to``: every weight this generator loads is rounded to it (its own copy only)."""
         self.policy = policy
         self.device = device
+        self.round_to = round_to
         self.version = 0
         self._state: Optional[dict[str, torch.Tensor]] = None
 
@@ -59,7 +61,10 @@ class TorchGenerator:
         for name, t in named_tensors:
             if name not in self._state:
                 raise KeyError(f"weight push: the generator's model has no tensor {name!r}")
-            if self._state[name].data_ptr() != t.data_ptr():  # the trainer's own tensor: nothing to copy
+            if self.round_to is not None and self._state[name].is_floating_point():
+                # Rounded in place even when the tensor was received straight into the weights
+                self._state[name].copy_(t.to(self.round_to))
+            elif self._state[name].data_ptr() != t.data_ptr():  # the trainer's own tensor: nothing to copy
                 self._state[name].copy_(t)
         self.version = version
 

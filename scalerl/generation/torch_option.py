@@ -18,4 +18,4 @@ class TorchGenerationConfig(GenerationConfig):
 def build_torch_generator(ctx: EngineContext, *, cfg: TorchGenerationConfig):
     from scalerl.generation.torch_engine import TorchGenerator  # transformers: only when a run builds it
 
-    return TorchGenerator(ctx.policy, ctx.device)
+    return TorchGenerator(ctx.policy, ctx.device, round_to=ctx.round_to)

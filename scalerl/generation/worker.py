@@ -292,8 +292,9 @@ def build_engine(spec: WorkerSpec):
         ids = visible.split(",") if visible else [str(i) for i in range(device.index + 1)]
         os.environ["CUDA_VISIBLE_DEVICES"] = ids[device.index]
         device = torch.device("cuda", 0)
+    rounds = heads.gen_round_dtype not in (None, body)  # generator_body=engine: bf16 weights (docs/mismatch.md)
     ctx = EngineContext(policy=policy, checkpoint=Path(spec.checkpoint), device=device, body_dtype=body,
-                        head_dtype=heads.gen_dtype, seed=spec.seed)
+                        head_dtype=heads.gen_dtype, seed=spec.seed, round_to=heads.gen_round_dtype if rounds else None)
     return option.fn(ctx, cfg=cfg)
 
 

@@ -11,7 +11,10 @@ from scalerl.core.lazy import torch
 if TYPE_CHECKING:
     from torch import Tensor, dtype
 
-BODY_DTYPES = ("auto", "float32", "bfloat16", "float16")
+BODY_DTYPES = ("auto", "engine", "float32", "bfloat16", "float16")
+"""``generator_body`` settings; ``engine``: see ``round_dtype``."""
+ENGINE_DTYPE = "bfloat16"
+"""The dtype a serving engine (vLLM, SGLang) holds the weights in."""
 HeadFn = Callable[["Tensor", "Tensor"], "Tensor"]
 """(hidden (..., H), head weight (V, H)) -> logits (..., V)."""
 
@@ -40,6 +43,9 @@ class Heads:
     """The dtype of the generator's own copy of the weights (None: the trainer's body dtype).
     A different one gives the generator its own copy even in the trainer's process, so the
     generator-trainer mismatch is a real one (arXiv 2510.13786 §3.2)."""
+    gen_round_dtype: Optional[dtype] = None
+    """The generator's weights are rounded to this dtype (and computed in their own); None: not
+    rounded. ``generator_body=engine`` on an fp32 trainer: bf16 weights computed in fp32 (docs/mismatch.md)."""
 
     @property
     def gen(self) -> HeadFn:
@@ -57,8 +63,18 @@ class HeadsFn(Protocol):
 
 
 def body_dtype(name: str) -> Optional[dtype]:
-    """A ``generator_body`` setting as a torch dtype; ``auto``: None (follow the trainer)."""
-    return None if name == "auto" else getattr(torch, name)
+    """A ``generator_body`` setting as a torch dtype; ``auto`` and ``engine``: None (the trainer's)."""
+    return None if name in ("auto", "engine") else getattr(torch, name)
+
+
+def round_dtype(name: str) -> Optional[dtype]:
+    """The dtype a ``generator_body`` setting rounds the generator's weights to. ``engine``: a
+    serving engine's bf16 weights, emulated on the trainer's body dtype. On this project's CPUs a
+    bf16 matmul costs 4-12x an fp32 one (no native bf16, benchmarks/RESULTS.md), so the generator
+    keeps computing in fp32 on bf16-rounded weights: that reproduces the weight rounding of a real
+    engine, not its bf16 activations, accumulation or kernels (docs/mismatch.md). Where the trainer
+    itself is bf16 (a GPU), rounding to bf16 changes nothing."""
+    return getattr(torch, ENGINE_DTYPE) if name == "engine" else None
 
 
 def linear_head(dtype: Optional[dtype]) -> HeadFn:

@@ -7,14 +7,15 @@ from dataclasses import dataclass
 
 from scalerl.core.errors import check
 from scalerl.core.lazy import torch
-from scalerl.precision.base import BODY_DTYPES, Heads, PrecisionConfig, body_dtype
+from scalerl.precision.base import BODY_DTYPES, Heads, PrecisionConfig, body_dtype, round_dtype
 
 
 @dataclass
 class Bf16Config(PrecisionConfig):
     generator_body: str = "auto"
-    """dtype of the generator's own copy of the weights: auto (the trainer's body dtype), float32,
-    bfloat16 or float16; e.g. a bf16 generator body against an fp32 trainer."""
+    """The generator's own copy of the weights: engine (bf16 weights, as a serving engine holds them;
+    computed in the trainer's body dtype, ``base.round_dtype``), auto (the trainer's weights), or a dtype
+    the generator's body computes in: float32, bfloat16 or float16. The YAML's default is engine."""
 
     def __post_init__(self) -> None:
         check(self.generator_body in BODY_DTYPES, "precision.generator_body",
@@ -26,4 +27,5 @@ class Bf16Config(PrecisionConfig):
 
 def bf16_heads(compute_dtype, *, cfg: Bf16Config) -> Heads:
     return Heads(gen_dtype=torch.bfloat16, train_dtype=torch.bfloat16, body_dtype=None,
-                 gen_body_dtype=body_dtype(cfg.generator_body))
+                 gen_body_dtype=body_dtype(cfg.generator_body),
+                 gen_round_dtype=round_dtype(cfg.generator_body))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from scalerl.core.errors import check
 from scalerl.core.lazy import torch
-from scalerl.precision.base import BODY_DTYPES, Heads, PrecisionConfig, body_dtype
+from scalerl.precision.base import BODY_DTYPES, Heads, PrecisionConfig, body_dtype, round_dtype
 
 
 @dataclass
@@ -18,8 +18,9 @@ class Fp32HeadConfig(PrecisionConfig):
     trainer: bool = True
     """fp32 head on the trainer side (else bf16 logits there)."""
     generator_body: str = "auto"
-    """dtype of the generator's own copy of the weights: auto (the trainer's body dtype), float32,
-    bfloat16 or float16; e.g. a bf16 generator body against an fp32 trainer."""
+    """The generator's own copy of the weights: engine (bf16 weights, as a serving engine holds them;
+    computed in the trainer's body dtype, ``base.round_dtype``), auto (the trainer's weights), or a dtype
+    the generator's body computes in: float32, bfloat16 or float16. The YAML's default is engine."""
 
     def __post_init__(self) -> None:
         check(self.generator_body in BODY_DTYPES, "precision.generator_body",
@@ -32,4 +33,5 @@ class Fp32HeadConfig(PrecisionConfig):
 def fp32_head_heads(compute_dtype, *, cfg: Fp32HeadConfig) -> Heads:
     pick = lambda on: torch.float32 if on else torch.bfloat16
     return Heads(gen_dtype=pick(cfg.generator), train_dtype=pick(cfg.trainer), body_dtype=None,
-                 gen_body_dtype=body_dtype(cfg.generator_body))
+                 gen_body_dtype=body_dtype(cfg.generator_body),
+                 gen_round_dtype=round_dtype(cfg.generator_body))

@@ -14,7 +14,8 @@ Per step:
              own model, a transfer into a running vLLM engine), generator
              processes as the interleaving says
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
-  eval       every ``eval_every`` steps: held-out pass rate -> metrics.jsonl,
+  eval       at the steps of ``eval_steps`` (evenly spaced in log steps, or every ``eval_every``):
+             held-out pass rate -> metrics.jsonl,
              then an atomic checkpoint, so metrics and checkpoints never diverge
 
 Ranks (torchrun or srun) each generate for their share of the step's prompts
@@ -23,7 +24,7 @@ its share, ``pipeline.py``) and train through the FSDP2-sharded trainer (``shard
 keyed by prompt, not rank, so N ranks reproduce the 1-rank run.
 
 Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
-- eval every ``eval_every`` steps instead of every 100 (tiny runs are short);
+- evals spread evenly in log steps (the fit's axis is log compute) instead of every 100 steps;
 - rewards default to {0, 1} (``task.correct_reward``/``task.wrong_reward``), not ±1.
   Group-centred advantages cancel the offset, and batch or prompt std
   normalization cancels the scale, but ``adv_norm=none`` sees advantages half
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from scalerl.config.eval_schedule import eval_steps
 from scalerl.core.faults import failpoint
 from scalerl.core.heap import return_large_frees
 from scalerl.core.jsonio import JsonlFile, write_json_atomic
@@ -111,6 +113,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         _write_derived(run_dir, static, state)
     progress = Progress(run_dir, run_name, cfg.train.steps, state["step"], enabled=dist.main)
     window: list[dict] = state["window"]  # checkpointed: a resume mid-interval averages the same steps
+    t = cfg.train
+    eval_at = set(eval_steps(t.steps, every=t.eval_every, points=t.eval_points, first=t.eval_first))
 
     def evaluate_and_checkpoint() -> None:
         check_finite(r.model, dist)  # a diverged policy gets no eval row, only an error
@@ -153,7 +157,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, recipe,
                                 minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip,
                                 temperature=cfg.train.temperature, mine=mine, dist=dist,
-                                micro_batch_tokens=cfg.train.micro_batch_tokens)
+                                micro_batch_tokens=cfg.train.micro_batch_tokens, version=step - 1)
             r.scheduler.step()
             r.sync_generator(step)  # the in-process generator samples from the new weights
             sched.publish(step)  # the generators get version `step` (now, or at the next phase)
@@ -179,7 +183,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
                 steps_log.append({"step": step, "compute": state["compute"], **stats})
                 logger.log(namespaced("train", stats, {**state, "epoch": sched.epochs_done(step)}), step)
             # ---------------------------------------------- eval + checkpoint
-            if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
+            if step in eval_at:
                 evaluate_and_checkpoint()
                 stopping = stopping or _stop_agreed(stop, dist)  # early stopping decides on this eval: stop now
             elif step % cfg.train.ckpt_every == 0:

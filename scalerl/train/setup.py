@@ -189,13 +189,17 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
 
 def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
     """An in-process generator with its own copy of the weights when the precision axis gives the
-    generator a body dtype other than the trainer's; None: it shares the trainer's module."""
-    gen_dtype = plan.heads.gen_body_dtype
-    if gen_dtype is None or gen_dtype == plan.body_dtype:
+    generator a body dtype other than the trainer's, or rounds its weights to one (``engine``: bf16
+    weights, computed in the trainer's dtype); None: it shares the trainer's module, or the run's
+    engine has weights of its own (vLLM)."""
+    gen_dtype = plan.heads.gen_body_dtype or plan.body_dtype
+    rounds = plan.heads.gen_round_dtype not in (None, gen_dtype)
+    if not r.shares_policy or (gen_dtype == plan.body_dtype and not rounds):
         return None
     model = load_model(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn)
     model.eval()
-    return TorchGenerator(Policy(model, gen_head=plan.heads.gen, train_head=plan.heads.gen), plan.dist.device)
+    return TorchGenerator(Policy(model, gen_head=plan.heads.gen, train_head=plan.heads.gen), plan.dist.device,
+                          round_to=plan.heads.gen_round_dtype if rounds else None)
 
 
 def build_schedule(plan: RunPlan, r: Run) -> Schedule:

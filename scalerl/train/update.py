@@ -24,9 +24,12 @@ can never contain NaN) and is reported to the loop, which raises an alarm.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from scalerl.losses.base import masked_mean
+from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens, mismatch_metrics
 from scalerl.train.sharding import clip_grad_norm
 
 HEAD = ("units", "finite", "tokens", "loss")
@@ -48,27 +51,40 @@ def minibatch_groups(keep: torch.Tensor, n_minibatches: int) -> list[list[int]]:
 
 
 def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatches: int, grad_clip: float,
-                  temperature: float, mine: slice, dist, micro_batch_tokens: int = 0) -> dict:
+                  temperature: float, mine: slice, dist, micro_batch_tokens: int = 0,
+                  version: Optional[int] = None) -> dict:
     """Train on this rank's rollout ``ro`` (the groups ``mine`` of the step's batch).
 
     trainer: ``CompletionLogits`` (FSDP2-sharded or not); adv: (P, G) and keep: (P,) for
-    the whole global batch (identical on every rank).
+    the whole global batch (identical on every rank). ``version``: the trainer's version before
+    this update; the mismatch metrics count its tokens only (staleness 0; None: every token).
     """
     group = ro.correct.shape[1]
     device = ro.gen.tokens.device
     adv_rows = adv[mine].flatten().to(device)  # (P_local*G,)
-    done: list[dict] = []
-    nonfinite, train_tokens, idle = 0, 0, 0
+    chunks = []
     for chunk in minibatch_groups(keep, minibatches):
         groups = [g - mine.start for g in chunk if mine.start <= g < mine.stop]  # this rank's share, local indices
         rows = torch.tensor([g * group + j for g in groups for j in range(group)], dtype=torch.long, device=device)
+        chunks.append((groups, rows))
+    beh = None  # a correction's π_old and weights: one extra forward before the first update (behaviour.py)
+    if recipe.needs_old_logp and chunks:
+        beh = behaviour_logprobs(trainer, ro, chunks, lambda g, r: _rows_inputs(ro, adv_rows, g, r, group), recipe,
+                                 temperature)
+    done: list[dict] = []
+    probe: list = []  # the first minibatch's (logp, behav, fresh): it precedes any update this step
+    nonfinite, train_tokens, idle = 0, 0, 0
+    for k, (groups, rows) in enumerate(chunks):
         optimizer.zero_grad(set_to_none=True)
         idle += int(not groups)
+        first = probe if k == 0 and beh is None else None
         if micro_batch_tokens > 0:
             stats, names = _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe, temperature,
-                                                     micro_batch_tokens, dist)
+                                                     micro_batch_tokens, dist, beh=beh, version=version, probe=first)
         else:
-            loss, sums, units, names = _minibatch_loss(trainer, ro, adv_rows, groups, rows, group, recipe, temperature)
+            x = _rows_inputs(ro, adv_rows, groups, rows, group, beh=beh, version=version)
+            loss, sums, names = _forward_loss(trainer, x, recipe, temperature, probe=first)
+            units = float(sums[0])
             stats = dist.all_sum(sums)  # (len(HEAD) + len(names),) float64: one collective
             global_units = stats[0].item()
             # Weighted by this rank's share of the units; FSDP2 averages gradients over ranks, hence x world.
@@ -91,34 +107,57 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     if done:  # the first minibatch precedes any update this step: pure generator-vs-trainer numerics
         out["logp_mismatch"], out["ratio_dev"] = done[0]["abs_dlogp"], done[0]["ratio_dev"]
         out.pop("abs_dlogp")
+    if beh is not None:
+        fresh = torch.zeros_like(ro.gen.sampled)
+        for groups, rows in chunks:
+            if groups:
+                fresh[rows] = fresh_tokens(ro, rows, version)
+        out.update(beh.metrics, **mismatch_metrics(beh.old_logp, ro.gen.logprobs, fresh))
+    elif probe:
+        out.update(mismatch_metrics(torch.cat([p[0][p[2]] for p in probe]), torch.cat([p[1][p[2]] for p in probe]),
+                                    torch.ones(sum(int(p[2].sum()) for p in probe), dtype=torch.bool)))
     out.update(nonfinite=nonfinite, train_tokens=train_tokens, idle_minibatches=idle)
     return out
 
 
-def _rows_inputs(ro, adv_rows, groups, rows, group):
+def _rows_inputs(ro, adv_rows, groups, rows, group, beh=None, version=None):
     """The forward's and the loss's inputs for this rank's rows of a minibatch; with no rows,
     one masked dummy row (a one-token prompt and completion): FSDP2 needs every rank in every
-    forward and backward."""
+    forward and backward. ``beh``: a correction's π_old (the loss's ratio is taken against it)
+    and per-token weights; ``fresh``: the sampled tokens of staleness 0 (the mismatch metrics')."""
     dev = ro.gen.tokens.device
     if groups:
-        return dict(tokens=ro.gen.tokens[rows], present=ro.gen.present[rows], sampled=ro.gen.sampled[rows],
-                    prompt_ids=ro.prompt_ids[groups], prompt_mask=ro.prompt_mask[groups], group=group,
-                    behav=ro.gen.logprobs[rows], adv=adv_rows[rows])
+        x = dict(tokens=ro.gen.tokens[rows], present=ro.gen.present[rows], sampled=ro.gen.sampled[rows],
+                 prompt_ids=ro.prompt_ids[groups], prompt_mask=ro.prompt_mask[groups], group=group,
+                 behav=(ro.gen.logprobs if beh is None else beh.old_logp)[rows], adv=adv_rows[rows],
+                 fresh=fresh_tokens(ro, rows, version))
+        if beh is not None:
+            x["weight"] = beh.weight[rows]
+        return x
     prompt_ids = ro.prompt_ids[:1, -1:]
-    return dict(tokens=prompt_ids.clone(), present=torch.ones((1, 1), dtype=torch.bool, device=dev),
-                sampled=torch.zeros((1, 1), dtype=torch.bool, device=dev), prompt_ids=prompt_ids,
-                prompt_mask=torch.ones((1, 1), dtype=torch.long, device=dev), group=1,
-                behav=torch.zeros((1, 1), device=dev), adv=torch.zeros(1, device=dev))
+    x = dict(tokens=prompt_ids.clone(), present=torch.ones((1, 1), dtype=torch.bool, device=dev),
+             sampled=torch.zeros((1, 1), dtype=torch.bool, device=dev), prompt_ids=prompt_ids,
+             prompt_mask=torch.ones((1, 1), dtype=torch.long, device=dev), group=1,
+             behav=torch.zeros((1, 1), device=dev), adv=torch.zeros(1, device=dev),
+             fresh=torch.zeros((1, 1), dtype=torch.bool, device=dev))
+    if beh is not None:
+        x["weight"] = torch.zeros((1, 1), device=dev)
+    return x
 
 
-def _forward_loss(trainer, x: dict, recipe, temperature, weights=None, units=0.0):
+def _forward_loss(trainer, x: dict, recipe, temperature, weights=None, units=0.0, probe=None):
     """One forward: (loss, this forward's sums (HEAD then the token-weighted metric sums), names).
     ``weights`` None: the loss is ``recipe.aggregate`` of the rows (the whole minibatch); else the
-    per-token aggregation weights (n, T) of these rows within their minibatch, of ``units``."""
+    per-token aggregation weights (n, T) of these rows within their minibatch, of ``units``.
+    ``probe``: a list that gets (logp, behav, fresh) of this forward, for the mismatch metrics."""
     logp, entropy = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
                             temperature=temperature)  # (n, T) each; the head in chunks (trainer.head_chunk)
     sampled, behav = x["sampled"], x["behav"]
     tok_loss, m = recipe.loss(logp, behav, x["adv"], sampled)
+    if "weight" in x:  # the correction's constant per-token weight (scalerl/correction)
+        tok_loss = tok_loss * x["weight"]
+    if probe is not None:
+        probe.append((logp.detach(), behav, x["fresh"]))
     if weights is None:
         loss, units = recipe.aggregate(tok_loss, sampled, x["group"])
     else:
@@ -134,13 +173,6 @@ def _forward_loss(trainer, x: dict, recipe, temperature, weights=None, units=0.0
         # Token-weighted, so the all-reduced sums give exact global means; an empty mask adds nothing.
         sums = torch.cat([head, means * n_tok if n_tok else torch.zeros_like(means)])
     return loss, sums, [*TOKEN_METRICS, *sorted(m)]
-
-
-def _minibatch_loss(trainer, ro, adv_rows, groups, rows, group, recipe, temperature):
-    """This rank's aggregated loss on its rows, the sums to all-reduce, its units and the metric names."""
-    x = _rows_inputs(ro, adv_rows, groups, rows, group)
-    loss, sums, names = _forward_loss(trainer, x, recipe, temperature)
-    return loss, sums, float(sums[0]), names
 
 
 def aggregation_weights(aggregate, mask: torch.Tensor, group: int) -> tuple[torch.Tensor, float]:
@@ -178,10 +210,11 @@ def padding_fraction(lengths: list[int], parts: list[list[int]]) -> float:
     return 1.0 - sum(lengths) / padded if padded else 0.0
 
 
-def _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe, temperature, budget, dist):
+def _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe, temperature, budget, dist,
+                              beh=None, version=None, probe=None):
     """Forward and backward this rank's rows of a minibatch in micro-batches, the gradients
     accumulating to the single-forward ones. Returns the all-reduced sums and the metric names."""
-    x = _rows_inputs(ro, adv_rows, groups, rows, group)
+    x = _rows_inputs(ro, adv_rows, groups, rows, group, beh=beh, version=version)
     weights, units = aggregation_weights(recipe.aggregate, x["sampled"], x["group"])  # (n, T)
     width = torch.arange(1, x["present"].shape[1] + 1, device=x["present"].device)
     lengths = (x["present"] * width).amax(-1).tolist() if groups else []  # last present position + 1
@@ -189,21 +222,21 @@ def _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe
     counts = dist.all_cat(torch.tensor([[units, float(len(parts))]], dtype=torch.float64))  # (world, 2)
     global_units, n_parts = counts[:, 0].sum().item(), int(counts[:, 1].max().item())
     scale = dist.world / global_units if global_units else 0.0  # FSDP2 averages over ranks, hence x world
-    dummy = _rows_inputs(ro, adv_rows, [], rows, group)
+    dummy = _rows_inputs(ro, adv_rows, [], rows, group, beh=beh)
     total, names = None, None
     for k in range(max(n_parts, 1)):
         if k < len(parts):
             sel = torch.tensor(parts[k], dtype=torch.long, device=x["tokens"].device)
             t = max(lengths[i] for i in parts[k])
-            part = {key: x[key][sel, :t] for key in ("tokens", "present", "sampled", "behav")}
+            part = {key: x[key][sel, :t] for key in ("tokens", "present", "sampled", "behav", "fresh", "weight") if key in x}
             used, prompt_of = torch.unique(sel // group, return_inverse=True)  # the part's prompts, each row's
             part.update(adv=x["adv"][sel], prompt_ids=x["prompt_ids"][used], prompt_mask=x["prompt_mask"][used],
                         group=prompt_of)
             w = weights[sel, :t]
         else:  # this rank ran out of rows: a masked dummy keeps the ranks' forwards in step
             part, w = dummy, torch.zeros((1, 1), device=x["tokens"].device)
-        loss, sums, names = _forward_loss(trainer, part, recipe, temperature, weights=w, units=units)
-        (loss * (units * scale)).backward()  # loss is over this rank's units, like _minibatch_loss's
+        loss, sums, names = _forward_loss(trainer, part, recipe, temperature, weights=w, units=units, probe=probe)
+        (loss * (units * scale)).backward()  # loss is over this rank's units, like the one-forward path's
         total = sums if total is None else total + sums
     # HEAD: units once (the whole minibatch's), finite only if every micro-batch was; the tokens and
     # loss x units add up (each micro-batch's loss is its part of the minibatch's).

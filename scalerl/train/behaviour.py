@@ -1,0 +1,66 @@
+"""The trainer's log-probs at the behaviour weights, π_old, and the mismatch they measure.
+
+A correction other than ``none`` (``scalerl/correction``) weighs each token by
+w_t = π_old(y_t) / π_gen(y_t). π_old is the trainer's own log-prob under the weights before
+this step's update: one extra forward without gradient over the rank's kept rows, minibatch by
+minibatch (each no larger than the update's own forwards), before the first optimizer step.
+Every rank runs as many forwards as every other (a masked dummy row where it has none), so
+FSDP2's collectives stay in step. Its time is the step row's ``correction_forward_s``.
+
+The mismatch metrics (``correction/mismatch.py``) are taken over the tokens of staleness 0
+(sampled by the weights the trainer holds before its update), so staleness never enters them
+(docs/mismatch.md): from π_old where a correction computed it, else from the update's first
+minibatch forward, which also precedes any update.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from scalerl.correction.mismatch import mismatch_stats
+
+
+@dataclass
+class Behaviour:
+    old_logp: torch.Tensor
+    """(N_local, T) π_old on this rank's rows (the generator's log-probs on rows no minibatch trains)."""
+    weight: torch.Tensor
+    """(N_local, T) the correction's per-token weight on the loss."""
+    metrics: dict
+    """The correction's own metrics and ``correction_forward_s``."""
+
+
+def fresh_tokens(ro, rows: torch.Tensor, version: Optional[int]) -> torch.Tensor:
+    """(n, T) bool: the sampled tokens of ``rows`` of staleness 0 at trainer ``version`` (None: all)."""
+    sampled = ro.gen.sampled[rows]
+    return sampled if version is None else sampled & (ro.gen.version[rows] == version)
+
+
+@torch.no_grad()
+def behaviour_logprobs(trainer, ro, chunks: list[tuple[list[int], torch.Tensor]], inputs, recipe,
+                       temperature: float) -> Behaviour:
+    """π_old for the rows of each minibatch ``(groups, rows)`` of ``chunks``, then the correction's
+    weights. ``inputs(groups, rows)``: the forward's inputs (``update._rows_inputs``)."""
+    t0 = time.perf_counter()
+    gen = ro.gen.logprobs
+    old = gen.detach().clone()  # (N_local, T)
+    trained = torch.zeros_like(ro.gen.sampled)
+    for groups, rows in chunks:
+        x = inputs(groups, rows)
+        logp, _ = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
+                          temperature=temperature)  # (n, T)
+        if groups:
+            old[rows] = logp.to(old.dtype)
+            trained[rows] = ro.gen.sampled[rows]
+    weight, m = recipe.correct(old, gen, trained)
+    metrics = {k: float(v) for k, v in m.items()}
+    metrics["correction_forward_s"] = time.perf_counter() - t0
+    return Behaviour(old_logp=old, weight=weight.detach(), metrics=metrics)
+
+
+def mismatch_metrics(train_logp: torch.Tensor, gen_logp: torch.Tensor, fresh: torch.Tensor) -> dict:
+    """The mismatch metrics over the ``fresh`` tokens of (n, T) log-probs of both sides."""
+    return mismatch_stats(train_logp.detach()[fresh], gen_logp.detach()[fresh])
