@@ -8,6 +8,7 @@ before anything is written, so an earlier result is never replaced by an empty o
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -60,6 +61,9 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     settings = {**asdict(options), "axis": axis, "margin": margin, "target_compute": target_compute, "plots": plots,
                 "metrics": list(metrics)}
     outputs.claim(out, "fit", outputs.run_ids(points), settings, quiet=quiet)
+    say = (lambda *a: None) if quiet else (lambda text: print(f"[analysis] {text} ({time.time() - t0:.0f}s)", flush=True))
+    t0 = time.time()
+    say(f"fitting {len(outputs.run_ids(points))} runs ({options.n_boot} bootstrap refits each)")
     fits = fit_runs(points, options)
     board = leaderboard(points, fits, options, margin=margin, target_compute=target_compute)
     board = with_stop_columns(board, io.read_stop_records(points))      # early-stopped runs: why, and the fit then
@@ -68,6 +72,7 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     title = Path(str(path)).name if not isinstance(path, pd.DataFrame) else "sweep"
     label = draw.axis_label(path, axis)
     if plots != "none":
+        say(f"drawing the plots ({'overview, params and one per run' if plots == 'all' else 'overview and params'})")
         data = curves(points)
         figures.append(io.save_figure(draw.plot_overview(board, fits, data, title=title, axis_label=label),
                                       out / "overview.png"))

@@ -233,16 +233,31 @@ def _watch(arms: ArmProcesses, run_dirs: list[Path]) -> None:
             while step():
                 live.update(_table(run_dirs))
         return
-    last, going = 0.0, True
+    # Without a terminal (train.log, CI): an arm's line when it changed, else every 2 minutes with
+    # how long its phase has lasted, so that no line repeats unchanged for minutes.
+    shown: dict[Path, tuple[str, float]] = {}
+    going = True
     while going:
         going = step()
-        if time.time() - last > 30 or not going:
-            last = time.time()
-            for d in run_dirs:
-                p = read_json(d / "progress.json") or {}
-                pr = p.get("pass_rate")
-                print(f"[scalerl] {d.name}: {p.get('status', 'waiting')} step {p.get('step', 0)}/{p.get('total', '?')}"
+        for d in run_dirs:
+            p = read_json(d / "progress.json") or {}
+            pr = p.get("pass_rate")
+            line = (f"{_status(p, time.time(), elapsed=False)} step {p.get('step', 0)}/{p.get('total', '?')}"
+                    f" pass_rate {'-' if pr is None else f'{pr:.3f}'}")
+            last = shown.get(d)
+            if last is None or last[0] != line or time.time() - last[1] > 120 or not going:
+                shown[d] = (line, time.time())
+                print(f"[scalerl] {d.name}: {_status(p, time.time())} step {p.get('step', 0)}/{p.get('total', '?')}"
                       f" pass_rate {'-' if pr is None else f'{pr:.3f}'}", flush=True)
+
+
+def _status(p: dict, now: float, elapsed: bool = True) -> str:
+    """The status column: for a starting arm, the phase it announced (``train/progress.announce``)
+    and for how long it has lasted."""
+    status = p.get("status", "waiting")
+    if status != "starting" or not p.get("phase"):
+        return status
+    return f"{p['phase']} ({now - p.get('phase_since', now):.0f}s)" if elapsed else p["phase"]
 
 
 def _table(run_dirs: list[Path]):
@@ -252,6 +267,6 @@ def _table(run_dirs: list[Path]):
     for d in run_dirs:
         p = read_json(d / "progress.json") or {}
         pr, eta = p.get("pass_rate"), p.get("eta_s")
-        t.add_row(d.name, p.get("status", "waiting"), f"{p.get('step', 0)}/{p.get('total', '?')}",
+        t.add_row(d.name, _status(p, time.time()), f"{p.get('step', 0)}/{p.get('total', '?')}",
                   "-" if pr is None else f"{pr:.3f}", "-" if eta is None else f"{eta / 60:.1f} min")
     return t

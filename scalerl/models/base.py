@@ -62,6 +62,12 @@ class ModelConfig:
     (a step spent ~45% of its time in the kernel with it)."""
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
 
+    def identity(self, path: Path) -> object:
+        """What determines the checkpoint at ``path`` (the option's ``PrepareFn`` result), for the warm
+        start's key: here the directory itself; an option that builds its checkpoint names its settings,
+        so that the key is the same on every machine (``train/warmstart.py``)."""
+        return str(Path(path).resolve())
+
     def __post_init__(self) -> None:
         check(self.dtype == "auto" or self.dtype in DTYPES, "model.dtype", f"must be auto or one of {list(DTYPES)}, got {self.dtype!r}")
 

@@ -43,6 +43,10 @@ class TinyModelConfig(ModelConfig):
               f"model.hidden_size / model.num_heads must be even (rotary embeddings rotate pairs), "
               f"got {self.hidden_size} / {self.num_heads}")
 
+    def identity(self, path: Path) -> object:
+        """The build settings, not the cache path: the shipped warm start's key holds on every machine."""
+        return self.build_kwargs()
+
     def build_kwargs(self) -> dict:
         return dict(hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,
                     intermediate_size=self.intermediate_size,

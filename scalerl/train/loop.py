@@ -51,7 +51,7 @@ from scalerl.train.distributed import Dist, init_distributed, launched_world, sh
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.export import export_policy
 from scalerl.train.heldout import pin_heldout
-from scalerl.train.progress import Progress
+from scalerl.train.progress import Progress, announce
 from scalerl.train.run_plan import body_dtype, plan_run
 from scalerl.train.setup import build_logger, build_run, build_schedule, pick_device, prepare_checkpoint, resolve_threads
 from scalerl.train.sharded_checkpoint import prune, resume, save_sharded
@@ -76,6 +76,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         return_large_frees()
     device = pick_device(cfg.train.device)
     threads = resolve_threads(cfg.train.threads)
+    announce(run_dir, "loading the model and the task")
     task, ckpt_path = prepare_checkpoint(cfg)
     recipe = build_recipe(cfg)  # once: the plan, the run and the schedules share it
     generator_nodes = async_node(cfg).generator_nodes  # SLURM node roles: those nodes run generators, not ranks
@@ -134,11 +135,14 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
 
+    if plan.interleaving.generators:
+        announce(run_dir, f"starting {plan.interleaving.generators} generator process(es)", main=dist.main)
     sched.start(state["step"])  # generator processes (if any) start and receive the trainer's weights
     progress.extra = {"generator_pids": sched.pids}
     try:
         # -------------------------------------------------------- step-0 eval
         if saved is None:  # a step-0 checkpoint is only ever written after the step-0 row: never evaluate twice
+            announce(run_dir, f"evaluating the start on {len(r.task.heldout)} held-out prompts (step 0)", main=dist.main)
             evaluate_and_checkpoint()  # R0 of the fit: the policy before any RL
         stopping = _stop_agreed(stop, dist)
         while state["step"] < cfg.train.steps and not stopping:

@@ -14,8 +14,26 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as Bar
 
-from scalerl.core.jsonio import write_json_atomic
+from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.core.liveness import identity
+
+
+def announce(run_dir: Path, what: str, *, main: bool | None = None) -> None:
+    """A phase before the first step (loading, engines, the step-0 evaluation): printed to the run's
+    log with the time since the run started, and written into ``progress.json`` (``phase``, ``phase_since``)
+    so that the launcher's live table says what a starting arm is doing, not only that it is starting.
+    ``main``: None = rank 0 of the launch (before the process group exists)."""
+    if main is None:
+        main = os.environ.get("RANK", "0") == "0"
+    if not main:
+        return
+    path = Path(run_dir) / "progress.json"
+    now = time.time()
+    saved = read_json(path) or {}
+    started = saved.get("started_at") or now
+    print(f"[scalerl] {what} ({now - started:.0f}s since start)", flush=True)
+    write_json_atomic(path, {**saved, "status": saved.get("status") if saved.get("status") == "running" else "starting",
+                             "phase": what, "phase_since": now, "started_at": started, "updated_at": now})
 
 
 class Progress:

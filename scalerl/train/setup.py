@@ -6,14 +6,13 @@ and the async schedule (with its generator processes, if any)."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
 from scalerl.core.errors import ConfigError
-from scalerl.core.hashing import stable_hash
 from scalerl.generation import GENERATORS, Generator
 from scalerl.generation.base import EngineContext
 from scalerl.generation.torch_engine import TorchGenerator
@@ -25,13 +24,12 @@ from scalerl.models.policy import CompletionLogits, Policy, checkpoint_layers
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
-from scalerl.train.heldout import split_record
 from scalerl.train.pipeline import PipelineSchedule
 from scalerl.train.prompt_stream import PromptSampler
 from scalerl.train.run_plan import RunPlan
 from scalerl.train.schedule import LocalSchedule, Schedule
 from scalerl.train.sharding import push_weights, shard_trainer
-from scalerl.train.warmstart import cached_warm_start
+from scalerl.train.warmstart import warm_start_checkpoint
 from scalerl.train.weights import trainer_state_dict
 
 
@@ -107,19 +105,22 @@ def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
     nothing on non-zero ranks, and the file locks already make one process
     build while the others wait.
     """
-    cache = Path(cfg.cache_dir).expanduser()
-    base = MODELS[cfg.model.name].fn(cfg.model, cache, log=log)
-    task = TASKS[cfg.task.name].fn(cfg.task, tokenizer=load_tokenizer(base))  # prompts use its chat template
+    base, tok, task = base_and_task(cfg, log=log)
     if not cfg.model.warmstart.enabled:
         return task, base
     if task.sft_stream is None:
         raise ConfigError("model.warmstart.enabled", f"task={cfg.task.name} has no answers to imitate in a supervised "
                                                      "warm start; set model.warmstart.enabled=false")
-    # "heldout": a changed data file is a different warm start. "sampler": the warm start's
-    # stopping rule samples; bump when sampling changes (2: counter-based noise).
-    key = {"base": str(base.resolve()), "warmstart": asdict(cfg.model.warmstart), "task": asdict(cfg.task),
-           "heldout": split_record(task)["fingerprint"], "sampler": 2}
-    return task, cached_warm_start(base, cache / f"warm-{stable_hash(key)}", cfg.model.warmstart, task, log=log)
+    # The default's warm start ships with the package (docs/embedded.md): every machine starts RL
+    # from the same weights, and nothing trains SFT at run time. Other settings build and cache theirs.
+    return task, warm_start_checkpoint(cfg, base, task, tok, Path(cfg.cache_dir).expanduser(), log=log)
+
+
+def base_and_task(cfg, log=print) -> tuple[Path, object, TaskData]:
+    """The model option's checkpoint (built and cached if needed), its tokenizer, and the task."""
+    base = MODELS[cfg.model.name].fn(cfg.model, Path(cfg.cache_dir).expanduser(), log=log)
+    tok = load_tokenizer(base)
+    return base, tok, TASKS[cfg.task.name].fn(cfg.task, tokenizer=tok)  # prompts use its chat template
 
 
 def build_logger(cfg) -> Logger:

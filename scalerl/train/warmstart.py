@@ -8,14 +8,18 @@ The thread count is fixed, so the cached checkpoint is reproducible.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from filelock import FileLock
 
+from scalerl import models
+from scalerl.core.hashing import stable_hash
 from scalerl.generation.torch_engine import TorchGenerator
 from scalerl.length.base import LengthPlan
 from scalerl.models.load import load_checkpoint
@@ -23,8 +27,99 @@ from scalerl.models.policy import Policy, token_logprobs
 from scalerl.precision.base import linear_head
 from scalerl.train.distributed import Dist
 from scalerl.train.evaluate import heldout_pass_rate
+from scalerl.train.heldout import split_record
 from scalerl.train.rollout import encode_prompt
 from scalerl.train.signals import exit_code, pending_stop
+
+
+RECIPE = 2
+"""Bump when ``warm_start``'s code changes what it builds for the same settings (2: counter-based
+noise in the sampler): the cached and the shipped warm starts are then rebuilt."""
+DEMOS_FINGERPRINTED = 64
+"""Demonstrations of each phase whose text goes into the key: a changed task generator shows there."""
+
+
+def warm_start_key(cfg, base: Path, task, tok) -> dict:
+    """Everything that determines the warm start of ``cfg`` from the checkpoint ``base``: the model
+    option's settings, the warm start's, the task's, the held-out split and the demonstrations'
+    text, the tokenizer's vocabulary and the code's ``RECIPE``. No path or machine in it, so the
+    shipped copy (``warmstart_asset.py``) and every cache agree on it."""
+    ws = cfg.model.warmstart
+    demos = [task.sft_stream(ws.seed), (task.sft_final_stream or task.sft_stream)(ws.seed + 2)]
+    texts = [[(p.prompt, p.answer) for p, _ in zip(stream, range(DEMOS_FINGERPRINTED))] for stream in demos]
+    return {"base": cfg.model.identity(base), "warmstart": asdict(ws), "task": asdict(cfg.task),
+            "heldout": split_record(task)["fingerprint"], "demonstrations": stable_hash(texts, n=16),
+            "tokenizer": stable_hash(sorted(tok.get_vocab().items()), n=16), "sampler": RECIPE}
+
+
+# ---------------------------------------------------------------- the shipped copy
+
+ASSET = Path(models.__file__).parent / "assets" / "tiny_warm"
+"""The default's warm start, shipped with the package (``warmstart_asset.py`` builds it, docs/embedded.md)."""
+MANIFEST = "manifest.json"
+REBUILD = "python -m scalerl.train.warmstart_asset build"
+
+
+class ShippedWarmStartError(RuntimeError):
+    """The shipped checkpoint is incomplete or corrupted (its files do not match the manifest's hashes)."""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def checkpoint_files(folder: Path) -> dict[str, str]:
+    """{file name: sha256} of a checkpoint folder (the manifest and the cache's build record aside)."""
+    return {p.name: sha256(p) for p in sorted(Path(folder).iterdir())
+            if p.is_file() and p.name not in (MANIFEST, "warmstart.json")}
+
+
+def read_manifest(asset: Path = ASSET) -> dict | None:
+    path = Path(asset) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def key_hash(key: dict) -> str:
+    return stable_hash(key, n=64)
+
+
+def verify(asset: Path = ASSET) -> dict:
+    """The manifest, once every file it lists has its recorded sha256; else a clear error, not garbage
+    weights (a truncated download, an edited file, a checkout without git-lfs-like surprises)."""
+    manifest = read_manifest(asset)
+    if manifest is None:
+        raise ShippedWarmStartError(f"{asset}: no {MANIFEST}; reinstall scalerl or rebuild it with `{REBUILD}`")
+    for name, want in manifest["sha256"].items():
+        path = Path(asset) / name
+        got = sha256(path) if path.exists() else "missing"
+        if got != want:
+            raise ShippedWarmStartError(
+                f"the shipped warm start is corrupted: {path} has sha256 {got}, its manifest says {want}. "
+                f"Restore it (git checkout -- {Path(asset).name}, or reinstall scalerl) or rebuild it with `{REBUILD}`")
+    return manifest
+
+
+def shipped_warm_start(key: dict, asset: Path = ASSET) -> Path | None:
+    """The shipped checkpoint when it was built from ``key``'s settings (its hashes checked); None otherwise."""
+    manifest = read_manifest(asset)
+    if manifest is None or manifest.get("key_hash") != key_hash(key):
+        return None
+    verify(asset)
+    return Path(asset)
+
+
+def warm_start_checkpoint(cfg, base: Path, task, tok, cache: Path, *, log=print, shipped: bool = True) -> Path:
+    """The warm start of ``cfg`` from ``base``: the shipped one when its key matches (and ``shipped``),
+    else the one cached under ``cache`` by the key's hash, built now if it is not there yet."""
+    key = warm_start_key(cfg, base, task, tok)
+    found = shipped_warm_start(key) if shipped else None
+    if found is not None:
+        log(f"[scalerl] warm start: the shipped one ({found})")
+        return found
+    return cached_warm_start(base, Path(cache) / f"warm-{stable_hash(key)}", cfg.model.warmstart, task, log=log)
+
+
+# ---------------------------------------------------------------- building one
 
 
 def no_length_control(n: int, rng) -> LengthPlan:
