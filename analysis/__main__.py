@@ -6,7 +6,7 @@ Piped into `head`, every command (and `--help`) stops quietly when the reader go
 import sys
 
 from analysis import cli
-from scalerl.core.pipes import quiet_broken_pipe
+from analysis.pipes import quiet_broken_pipe
 
 
 def main(argv=None):
