@@ -1,11 +1,11 @@
-"""A command-line tool exits quietly when its reader goes away.
+"""A command-line tool exits quietly when its reader goes away (`python -m analysis fit ... | head`).
 
-``python -m analysis fit ... | head`` closes the pipe after ten lines; the next write (or
-the flush at exit) raises BrokenPipeError, which Python would print as a traceback, or as
-"Exception ignored ... BrokenPipeError" at shutdown. Like any Unix filter, the tool should
-just stop: exit 141 (128 + SIGPIPE, what a shell reports for a filter killed by SIGPIPE),
-silently. The recipe is the one in Python's docs (library/signal.html, "Note on SIGPIPE"):
-point stdout at /dev/null so the interpreter's final flush cannot raise again.
+The same helper as scalerl/core/pipes.py, for `python -m scalerl.sweep`: the analysis package
+imports nothing of scalerl (tests/test_layers.py), so it keeps its own copy of these lines.
+When the reader closes the pipe, the next write (or the flush at exit) raises BrokenPipeError,
+which Python prints as a traceback; a Unix filter just stops: exit 141 (128 + SIGPIPE), silently,
+with stdout pointed at /dev/null so the interpreter's last flush cannot raise again (Python's
+docs, library/signal.html, "Note on SIGPIPE").
 """
 from __future__ import annotations
 

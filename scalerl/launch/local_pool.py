@@ -24,13 +24,13 @@ reason; its siblings run on and are ranked, and a relaunch resumes it from its c
 from __future__ import annotations
 
 import multiprocessing as mp
-from multiprocessing.connection import wait as wait_ready
 import os
 import signal
 import sys
 import threading
 import time
 import traceback
+from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
 
 import cloudpickle
