@@ -79,7 +79,7 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
                 written.append(io.save_figure(fig, out / f"run-{io.safe_name(run)}.png"))
     written += figures
     outputs.record(out, "fit", outputs.run_ids(points), settings, written)
-    page = _report(path, out, quiet)
+    page = _report(path, out, quiet, fits)
     if not quiet:
         print(format_leaderboard(board, axes=axis_columns(points)))
         n_run = len(written) - len(figures) - 1
@@ -95,14 +95,14 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     return board
 
 
-def _report(path, out, quiet):
+def _report(path, out, quiet, fits):
     """report.html beside leaderboard.csv (sweep directories only); a failure is reported, never raised:
     the leaderboard matters more than its page."""
     if isinstance(path, pd.DataFrame) or not Path(str(path)).is_dir():
         return None
     try:
         from analysis.page import write_report
-        return write_report(path, out, quiet=True)     # (path, content)
+        return write_report(path, out, fits=fits, quiet=True)     # (path, content)
     except Exception as err:  # noqa: BLE001
         if not quiet:
             print(f"could not write report.html ({type(err).__name__}: {err}); retry with `python -m analysis report {path}`")

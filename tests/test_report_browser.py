@@ -6,6 +6,7 @@ leaderboard must equal leaderboard.csv value for value, it must draw one curve p
 list exactly the config keys that differ, and show the verdict and the curves on the
 first screen.
 """
+import json
 import shutil
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def test_leaderboard_in_the_dom_equals_leaderboard_csv(loaded, real_sweep):
                                      "cells => cells.map(c => [c.parentNode.dataset.run, c.dataset.col,"
                                      " c.dataset.value, c.textContent])")
     assert len(main) >= len(csv) * 4
-    rows = csv.set_index("run")
+    rows = csv.set_index("run", drop=False)
     for run, col, value, text in main:
         assert value == rows.at[run, col], (run, col)
         shown = text.split(" [")[0]          # A, B, C_mid carry their interval after the value
@@ -117,7 +118,7 @@ def test_x_axis_switches_to_device_hours(loaded):
     assert page.evaluate("document.getElementById('curves-plot').layout.xaxis.title.text").startswith("compute")
 
 
-def test_first_screen_shows_the_verdict_and_the_curves(loaded, tmp_path_factory):
+def test_first_screen_shows_the_verdict_and_the_curves(loaded, real_sweep, tmp_path_factory):
     page, _, _ = loaded
     shot = tmp_path_factory.mktemp("shot") / "first_screen.png"
     page.screenshot(path=str(shot))                          # the first screen only
@@ -126,4 +127,6 @@ def test_first_screen_shows_the_verdict_and_the_curves(loaded, tmp_path_factory)
         box = page.locator(selector).first.bounding_box()
         assert box is not None and box["width"] > 100 and box["y"] + min(box["height"], 200) <= SCREEN["height"], selector
     points = page.evaluate("document.querySelectorAll('#curves-plot .scatterlayer .point').length")
-    assert points >= 2 * 3                                   # both arms' evals are drawn
+    evals = sum(1 for p in real_sweep.glob("*/metrics.jsonl") for line in p.read_text().splitlines()
+                if json.loads(line).get("pass_rate") is not None)
+    assert points == evals >= 2 * 2                          # every eval of both arms is drawn
