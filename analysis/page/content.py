@@ -167,7 +167,7 @@ def _tie_notes(board):
                 continue
             names = ", ".join(rows["run"])
             basis = rows["rank_basis"].iloc[0] if "rank_basis" in rows.columns else "A"
-            notes.append(("tie", f"{names} tie (rank {rows['rank'].iloc[0]}): their intervals on {basis or 'A'}"
+            notes.append(("tie", f"{names} tie (rank {number(rows['rank'].iloc[0]):.0f}): their intervals on {basis or 'A'}"
                                  " overlap or their values are within the margin, so the data does not separate them;"
                                  " they are listed by B at a common A, which is not a ranking."))
     for _, row in units.iterrows():

@@ -40,7 +40,7 @@ def hostile(tmp_path):
               extra={"train": {"steps": 50}})
     write_run(root, "failed", compute=[0.0], reward=[0.3], loss="cispo", status="failed",
               error="CUDA out of memory", arm="arm-failed")      # its own arm, not a seed of "good"
-    analyze_sweep(root, root, FitOptions(n_boot=30), plots="none", quiet=True)
+    analyze_sweep(root, root, FitOptions(n_boot=30), plots="summary", quiet=True)
     return root
 
 
