@@ -24,9 +24,9 @@ SCREEN = {"width": 1400, "height": 900}
 
 @pytest.fixture(scope="session")
 def real_sweep(tmp_path_factory):
-    """2 arms x 16 steps, an eval every 2 steps, synchronous: the smallest sweep with a curve to fit."""
+    """2 arms x 12 steps, an eval every 2 steps, synchronous: the smallest sweep with a curve to fit."""
     out = tmp_path_factory.mktemp("report_sweep")
-    proc = run_cli(["-m", "loss=cispo,dapo", "train.steps=16", "train.eval_every=2", "logger=none", "async=sync"], out)
+    proc = run_cli(["-m", "loss=cispo,dapo", "train.steps=12", "train.eval_every=2", "logger=none", "async=sync"], out)
     (sweep,) = [p.parent for p in out.glob("sweeps/*/report.html")]
     assert f"report: {sweep}/report.html" in proc.stdout          # printed beside leaderboard.csv
     return sweep
