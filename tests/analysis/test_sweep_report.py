@@ -110,3 +110,15 @@ def test_report_without_a_leaderboard_is_one_line_error(tmp_path, capsys):
     write_run(tmp_path, "a", compute=[0.0, 1.0], reward=[0.1, 0.2])
     assert main(["report", str(tmp_path)]) == 2
     assert "no leaderboard" in capsys.readouterr().err
+
+
+def test_the_wandb_summary_run_logs_the_report_verdict_and_charts(hostile, monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    analyze_sweep(hostile, hostile, FitOptions(n_boot=30), plots="summary", quiet=True, wandb=True)
+    (run,) = hostile.glob("wandb/offline-run-*")
+    media = {p.parent.name: p.name for p in (run / "files" / "media").glob("*/*") if p.is_file()}
+    names = sorted(p.name.split("_")[0] for p in (run / "files" / "media").glob("*/*.*"))
+    assert {"report", "verdict", "curves", "diagnostics"} <= set(names), media
+    (verdict,) = (run / "files" / "media" / "html").glob("verdict_*.html")
+    assert html.escape(EXPLAIN["decreasing"]) in verdict.read_text()
