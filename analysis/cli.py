@@ -96,7 +96,8 @@ def _common(p):
                         "paper_grid (the paper's A x C_mid grid with curve_fit for B; slow)")
     p.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed")
     p.add_argument("--plots", choices=("all", "summary", "none"), default="all",
-                   help="all: overview, bars and one PNG per run; summary: no per-run PNGs")
+                   help="all: overview, bars, report.html and one PNG per run; summary: no per-run PNGs;"
+                        " none: leaderboard.csv only")
     p.add_argument("--quiet", action="store_true", help="print nothing")
     p.add_argument("--metric", action="append", default=None, metavar="COLUMN",
                    help="metrics.jsonl column to fit (default pass_rate); repeat it, or give a pattern such as "

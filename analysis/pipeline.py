@@ -51,7 +51,8 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     runs: only these run directories of a sweep directory (the end of a sweep ranks its own
     arms, not whatever else shares the folder); None: every run found.
     Writes out_dir/leaderboard.csv and, unless plots="none", out_dir/overview.png,
-    out_dir/params.png and (plots="all") one out_dir/run-<run>.png per run.  Result files
+    out_dir/params.png, out_dir/report.html (a sweep directory's report, analysis.page) and
+    (plots="all") one out_dir/run-<run>.png per run.  Result files
     of a different analysis already there move to out_dir/previous/ first (analysis.outputs).
     wandb=True also logs a summary W&B run (offline unless configured; see report.py);
     wandb_settings: more settings for it (entity, mode, tags, name; quiet, which defaults to `quiet`).
@@ -84,7 +85,7 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
                 written.append(io.save_figure(fig, out / f"run-{io.safe_name(run)}.png"))
     written += figures
     outputs.record(out, "fit", outputs.run_ids(points), settings, written)
-    page = _report(path, out, quiet)
+    page = _report(path, out, quiet, fits) if plots != "none" else None
     if not quiet:
         print(format_leaderboard(board, axes=axis_columns(points)))
         n_run = len(written) - len(figures) - 1
@@ -100,14 +101,14 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     return board
 
 
-def _report(path, out, quiet):
+def _report(path, out, quiet, fits):
     """report.html beside leaderboard.csv (sweep directories only); a failure is reported, never raised:
     the leaderboard matters more than its page."""
     if isinstance(path, pd.DataFrame) or not Path(str(path)).is_dir():
         return None
     try:
         from analysis.page import write_report
-        return write_report(path, out, quiet=True)     # (path, content)
+        return write_report(path, out, fits=fits, quiet=True)     # (path, content)
     except Exception as err:  # noqa: BLE001
         if not quiet:
             print(f"could not write report.html ({type(err).__name__}: {err}); retry with `python -m analysis report {path}`")

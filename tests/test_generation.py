@@ -37,7 +37,7 @@ class _Policy:
 
 
 def test_torch_engine_loads_new_weights_and_version():
-    gen = GENERATORS["torch"].fn(type("Ctx", (), {"policy": _Policy(), "device": torch.device("cpu")})(), cfg=None)
+    gen = GENERATORS["torch"].fn(type("Ctx", (), {"policy": _Policy(), "device": torch.device("cpu"), "round_to": None})(), cfg=None)
     assert isinstance(gen, TorchGenerator) and gen.version == 0
     own = gen.policy.model.state_dict()
     gen.load_weights(own.items(), version=1)  # its own tensors (the synchronous loop): nothing to copy

@@ -16,12 +16,12 @@ from pathlib import Path
 REPORT = "report.html"
 
 
-def build_report(sweep_dir, results_dir=None, *, command=None):
+def build_report(sweep_dir, results_dir=None, *, command=None, fits=None):
     """(html text, Content) of the report for `sweep_dir`, its leaderboard in `results_dir`."""
     from analysis.page import charts, render
     from analysis.page.content import gather
 
-    content = gather(sweep_dir, results_dir, command=command)
+    content = gather(sweep_dir, results_dir, command=command, fits=fits)
     config = {"displaylogo": False, "responsive": True}
     # plotly.js goes inline once, with the first figure; the second reuses it.
     curves = charts.curves_figure(content).to_html(full_html=False, include_plotlyjs=True, div_id="curves-plot",
@@ -36,12 +36,12 @@ def build_report(sweep_dir, results_dir=None, *, command=None):
     return render.page(content, curves, diagnostics, explanation), content
 
 
-def write_report(sweep_dir, results_dir=None, *, command=None, quiet=False):
+def write_report(sweep_dir, results_dir=None, *, command=None, fits=None, quiet=False):
     """Write results_dir/report.html (results_dir: default the sweep directory); returns (path, Content)."""
     from analysis import io
 
     out = Path(results_dir if results_dir is not None else sweep_dir) / REPORT
-    text, content = build_report(sweep_dir, results_dir, command=command)
+    text, content = build_report(sweep_dir, results_dir, command=command, fits=fits)
     io._atomic(out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     if not quiet:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")

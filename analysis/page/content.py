@@ -167,7 +167,7 @@ def _tie_notes(board):
                 continue
             names = ", ".join(rows["run"])
             basis = rows["rank_basis"].iloc[0] if "rank_basis" in rows.columns else "A"
-            notes.append(("tie", f"{names} tie (rank {rows['rank'].iloc[0]}): their intervals on {basis or 'A'}"
+            notes.append(("tie", f"{names} tie (rank {number(rows['rank'].iloc[0]):.0f}): their intervals on {basis or 'A'}"
                                  " overlap or their values are within the margin, so the data does not separate them;"
                                  " they are listed by B at a common A, which is not a ranking."))
     for _, row in units.iterrows():
@@ -204,8 +204,11 @@ def _command(run_dirs):
     return "python -m scalerl.sweep -m " + " ".join(f"{k}={','.join(v)}" for k, v in values.items())
 
 
-def gather(sweep_dir, results_dir=None, *, command=None):
-    """The report's content for `sweep_dir` (its leaderboard in `results_dir`, default the sweep dir)."""
+def gather(sweep_dir, results_dir=None, *, command=None, fits=None):
+    """The report's content for `sweep_dir` (its leaderboard in `results_dir`, default the sweep dir).
+
+    fits: {run: FitResult} the leaderboard was made from (the end of a fit passes them);
+    None: refit with the settings analysis.json recorded, which gives the same fits."""
     sweep_dir = Path(sweep_dir)
     results = Path(results_dir) if results_dir is not None else sweep_dir
     board_path = results / "leaderboard.csv"
@@ -221,7 +224,8 @@ def gather(sweep_dir, results_dir=None, *, command=None):
     names = set(board["run"]) if "run" in board.columns else set()
     points = io.read_points(sweep_dir, axis="compute")
     points = points[points["run"].isin(names)].reset_index(drop=True) if names else points
-    fits = fit_runs(points, options) if len(points) else {}
+    if fits is None or not set(points["run"]) <= set(fits):
+        fits = fit_runs(points, options) if len(points) else {}
     runs = {}
     for run, group in points.groupby("run", sort=False):
         run_dir = Path(group["run_dir"].iloc[0]) if "run_dir" in group.columns else sweep_dir / run

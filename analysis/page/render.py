@@ -55,7 +55,8 @@ def leaderboard_table(board):
         cells = "".join(_cell(row, col) for col, _ in MAIN if col in board.columns)
         rows.append(f'<tr data-run="{esc(row.get("run", ""))}"{style}>{cells}</tr>')
     head = "".join(f"<th>{esc(label)}</th>" for col, label in MAIN if col in board.columns)
-    return f'<table id="leaderboard"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return (f'<div class="scroll"><table id="leaderboard"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+            '</tbody></table></div>')
 
 
 def full_table(board, table_id="leaderboard-full"):
@@ -83,7 +84,7 @@ def verdict_sentence(content):
     names = ", ".join(esc(r) for r in first["run"])
     basis = first["rank_basis"].iloc[0] if "rank_basis" in first.columns and first["rank_basis"].iloc[0] else "A"
     return (f"<b>{names}</b> {'rank' if len(first) > 1 else 'ranks'} first (by {esc(basis)}, margin {fmt(content.margin)}"
-            f"{'; tied: the data does not separate them' if len(first) > 1 else ''}).")
+            f"{'; tied: the data does not separate them' if len(first) > 1 and 'tied' not in basis else ''}).")
 
 
 def verdict_html(content):
@@ -187,6 +188,7 @@ th{background:#f3f3f3}.small{font-size:11px}.iv{color:#666;font-size:11px}.note{
 .top{display:grid;grid-template-columns:minmax(420px,1fr) minmax(520px,1.3fr);gap:18px;align-items:start}
 @media (max-width:1000px){.top{grid-template-columns:1fr}}tr.total td{font-weight:bold}
 details summary{cursor:pointer;font-size:13px;color:#333}
+#leaderboard td[data-col=run],#varying th,#cost td:first-child{min-width:170px;max-width:240px;word-break:break-all;font-size:12px}
 """
 
 
