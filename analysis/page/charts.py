@@ -50,14 +50,14 @@ def _xy(go, traces, xs, **kw):
     traces.append((go.Scatter(x=_clean(xs["compute"]), **kw), xs))
 
 
-def _axis_buttons(traces, *, rows=1, y=1.0):
+def _axis_buttons(traces, *, rows=1, y=1.0, x=0.0):
     """Buttons that swap every trace's x between FLOPs and device-hours, and every axis title."""
     buttons = []
     for key, label in AXES:
         titles = {("xaxis" if i == 0 else f"xaxis{i + 1}") + ".title.text": label for i in range(rows)}
         buttons.append(dict(label=label.split(" (")[0], method="update",
                             args=[{"x": [_clean(xs[key]) for _, xs in traces]}, titles]))
-    return [dict(type="buttons", direction="right", x=0.0, y=y, xanchor="left", yanchor="bottom",
+    return [dict(type="buttons", direction="right", x=x, y=y, xanchor="left" if x < 0.5 else "right", yanchor="bottom",
                  pad=dict(b=6), buttons=buttons, showactive=True, active=0)]
 
 
@@ -128,7 +128,7 @@ def diagnostics_figure(content, cols=3):
                 meta={"kind": key, "run": run}, hovertemplate=f"{run}<br>%{{y:.4g}}<extra></extra>")
             fig.add_trace(traces[before][0], row=p // cols + 1, col=p % cols + 1)
     fig.update_layout(template="plotly_white", height=240 * rows + 60, margin=dict(l=50, r=10, t=90, b=30),
-                      showlegend=True, legend=dict(orientation="h", y=1.0 + 75 / (240 * rows)), updatemenus=_axis_buttons(traces, rows=rows * cols, y=1.0 + 40 / (240 * rows)))
+                      showlegend=True, legend=dict(orientation="h", y=1.0 + 75 / (240 * rows)), updatemenus=_axis_buttons(traces, rows=rows * cols, y=1.0 + 40 / (240 * rows), x=1.0))
     fig.update_annotations(font_size=12)
     return fig
 
