@@ -38,8 +38,7 @@ from scalerl.train.weights import trainer_state_dict
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device", "cuda was requested but no GPU is visible; use train.device=auto or cpu")
+    # train.device=cuda without a device is refused before the run starts (config.check_environment)
     return torch.device(name)
 
 
