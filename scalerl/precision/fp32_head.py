@@ -6,27 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.core.errors import check
 from scalerl.core.lazy import torch
-from scalerl.precision.base import BODY_DTYPES, Heads, PrecisionConfig, body_dtype
+from scalerl.precision.base import GeneratorBodyConfig, Heads, body_dtype
 
 
 @dataclass
-class Fp32HeadConfig(PrecisionConfig):
+class Fp32HeadConfig(GeneratorBodyConfig):
     generator: bool = True
     """fp32 head on the generator side (else bf16 logits there)."""
     trainer: bool = True
     """fp32 head on the trainer side (else bf16 logits there)."""
-    generator_body: str = "auto"
-    """dtype of the generator's own copy of the weights: auto (the trainer's body dtype), float32,
-    bfloat16 or float16; e.g. a bf16 generator body against an fp32 trainer."""
-
-    def __post_init__(self) -> None:
-        check(self.generator_body in BODY_DTYPES, "precision.generator_body",
-              f"must be one of {BODY_DTYPES}, got {self.generator_body!r}")
-
-    def generator_body_setting(self) -> str:
-        return self.generator_body
 
 
 def fp32_head_heads(compute_dtype, *, cfg: Fp32HeadConfig) -> Heads:
