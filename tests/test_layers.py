@@ -208,3 +208,13 @@ def test_only_building_a_run_looks_up_a_registry():
     for path in (REPO / "scalerl" / "train").glob("*.py"):
         used = {t.rsplit(".", 1)[-1] for t, _, _ in imports(path)} & registries
         assert path.name == "setup.py" or not used, f"{path.name} looks up {sorted(used)}"
+
+
+def test_code_says_why_not_which_ticket():
+    # Comments and docstrings cite the paper or docs/, never an issue number: a user has only the repository.
+    import re
+
+    ticket = re.compile(r"\b[Ii]ssues? \d+|(?<![\w/])#\d{2,}\b")
+    bad = [f"{p.relative_to(REPO)}:{n}" for p in (REPO / "scalerl").rglob("*.py")
+           for n, line in enumerate(p.read_text().splitlines(), 1) if ticket.search(line) and "submitit #" not in line]
+    assert not bad, bad

@@ -100,7 +100,7 @@ def resume(run_dir: Path, r, log=print) -> dict | None:
     Collective when ``r`` is sharded: every rank must call it.
 
     Raises ``CheckpointsRefused`` when checkpoints exist but none can be loaded: starting
-    again from step 0 would drop every metric row the run has written (issue 29 point 6)."""
+    again from step 0 would drop every metric row the run has written."""
     both = sorted([*list_sharded(run_dir), *list_checkpoints(run_dir)], key=_step)
     refused = []
     for path in reversed(both):
