@@ -30,7 +30,7 @@ from scalerl.train.pipeline import PipelineSchedule
 from scalerl.train.prompt_stream import PromptSampler
 from scalerl.train.run_plan import RunPlan
 from scalerl.train.schedule import LocalSchedule, Schedule
-from scalerl.train.sharding import push_weights, shard_trainer
+from scalerl.train.sharding import copy_weights, shard_trainer
 from scalerl.train.warmstart import cached_warm_start
 from scalerl.train.weights import trainer_state_dict
 
@@ -93,7 +93,7 @@ class Run:
             self.generator.load_weights(trainer_state_dict(self.model).items(), version)
             return
         if self.policy_is_copy:
-            push_weights(self.model, self.policy)
+            copy_weights(self.model, self.policy)
         self.generator.version = version
 
 
