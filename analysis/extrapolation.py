@@ -27,7 +27,7 @@ from scipy import stats
 from analysis.baseline import fit_power_law
 from analysis.fit import FitOptions
 from analysis.models import sigmoid
-from analysis.runs import curves, fit_runs, validate
+from analysis.runs import curves, fit_runs, points_table
 from analysis.uncertainty import N_PARAMS, future_noise, percentile_interval
 
 N_FINAL = 3
@@ -137,7 +137,7 @@ def extrapolation_check(points, fraction=0.5, options: FitOptions = FitOptions()
     if options.fit_until is not None:
         raise ValueError("extrapolation_check sets fit_until per run from `fraction`;"
                          f" leave FitOptions.fit_until as None (got {options.fit_until!r})")
-    points = validate(points)
+    points = points_table(points)
     data = curves(points)
     cut = {run: fraction * C.max() if C.size and C.max() > 0 else np.nan for run, (C, _) in data.items()}
     fits = {}

@@ -187,7 +187,7 @@ def _read_mapping(path, loader):
     return data if isinstance(data, dict) else {}
 
 
-def run_axes(config, summary):
+def axis_labels(config, summary):
     """Axis columns: summary.json's `axes`, else every config node with a `name` field.
 
     Adds recipe, batch_prompts and batch_generations from the config when present.
@@ -275,7 +275,7 @@ def read_run(run_dir, *, name=None, axis="compute", metrics=(REWARD_KEY,)):
         "run_dir": str(run_dir),
         "study": summary.get("study", config.get("study")),
         "train_steps": (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None,
-        **run_axes(config, summary),
+        **axis_labels(config, summary),
     }
     return per_metric(lambda key, m: _frame(records, m, axis=axis, reward_key=key), meta, records, list(metrics))
 
@@ -425,7 +425,7 @@ def read_wandb_group(project, group, *, entity=None, api=None, axis="compute", r
         meta = {"run": name, "seed": config.get("seed"),
                 "arm": summary.get("arm_hash", config.get("arm_hash")),
                 "run_status": WANDB_STATES.get(str(run.state), str(run.state)),
-                "loss_clamp": summary.get("loss_clamp"), **run_axes(config, summary)}
+                "loss_clamp": summary.get("loss_clamp"), **axis_labels(config, summary)}
         frames.append(_frame(rows, meta, axis=axis, reward_key=reward_key))
     if not frames:
         return pd.DataFrame(columns=["run", "compute", "reward"])

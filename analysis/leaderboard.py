@@ -28,7 +28,7 @@ from analysis.board_text import format_leaderboard, ranked_units  # noqa: F401  
 from analysis.extrapolation import N_FINAL, final_band, final_pair
 from analysis.fit import USABLE, FitOptions
 from analysis.models import sigmoid
-from analysis.runs import curves, fit_runs, run_table, validate
+from analysis.runs import curves, fit_runs, points_table, run_table
 from analysis.uncertainty import percentile_interval, pooled_sd, seed_interval
 
 MARGIN = 0.02
@@ -345,7 +345,7 @@ def leaderboard(points, fits=None, options: FitOptions = FitOptions(), *, margin
     (and pred_final_lo/hi) compare the forecast with the last evals.
     Notes and warnings for the reader are in board.attrs["notes"] and ["warnings"].
     """
-    points = validate(points)
+    points = points_table(points)
     fits = fit_runs(points, options) if fits is None else fits
     rows = _run_rows(points, fits, options, n_final)
     units, pooled = _units(points, rows, fits, options)

@@ -28,7 +28,7 @@ from analysis import io, outputs
 from analysis.fit import FitOptions
 from analysis.models import sigmoid
 from analysis.plots import STYLE, axis_label, colors, compute_span
-from analysis.runs import axis_columns, curves, fit_runs, run_table, validate
+from analysis.runs import axis_columns, curves, fit_runs, points_table, run_table
 
 COLUMNS = ["arm", "runs", "n_seeds", "status", "pred", "pred_lo", "pred_hi", "p_best", "budget",
            "last_compute", "extrapolation", "A", "B", "C_mid", "note"]
@@ -48,7 +48,7 @@ def plan(points, budget, options: FitOptions = FitOptions(), fits=None) -> pd.Da
     """One row per arm: predicted reward at `budget`, its interval and P(best at budget), best first."""
     if not (np.isfinite(budget) and budget > 0):
         raise ValueError(f"budget must be a compute > 0, got {budget!r}")
-    points = validate(points)
+    points = points_table(points)
     fits = fit_runs(points, options) if fits is None else fits
     runs = run_table(points)
     axes = axis_columns(points)

@@ -30,7 +30,7 @@ RESERVED = frozenset({
 RUN_FAILED = "failed"           # summary.json status that means "do not fit"
 
 
-def validate(points):
+def points_table(points):
     """A copy with the required columns, `run` as str and numeric compute/reward."""
     missing = [c for c in REQUIRED if c not in points.columns]
     if missing:
@@ -55,7 +55,7 @@ def run_table(points):
     without it, runs with a `seed` column and identical axis values are one arm; otherwise
     every run is its own arm.
     """
-    points = validate(points)
+    points = points_table(points)
     axes = axis_columns(points)
     extra = [c for c in ("arm", "seed", "run_status", "loss_clamp", "error") if c in points.columns]
     where = [c for c in ("study", "train_steps") if c in points.columns]
@@ -85,7 +85,7 @@ def fit_runs(points, options: FitOptions = FitOptions()):
     otherwise the step-0 eval.  Each run's bootstrap seed comes from options.seed and
     its name (run_seed).
     """
-    points = validate(points)
+    points = points_table(points)
     meta = run_table(points).set_index("run")
     sizes = points.groupby("run", sort=False).size()
     if len(sizes) and options.n_boot > boot_limit(sizes.max()):   # before the first fit, not after an hour
@@ -110,7 +110,7 @@ def fit_runs(points, options: FitOptions = FitOptions()):
 
 def curves(points):
     """{run: (compute, reward)} with finite, compute-sorted points."""
-    points = validate(points)
+    points = points_table(points)
     out = {}
     for run, group in points.groupby("run", sort=False):
         g = group[np.isfinite(group["compute"]) & np.isfinite(group["reward"])].sort_values("compute")

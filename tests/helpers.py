@@ -215,3 +215,39 @@ def veth_namespaces(tag: str, net: int):
     finally:
         for ns in (a, b):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+# ------------------------------------------------ shared by several test files
+def make_pool(cfg, n):
+    """Generator processes for ``cfg``'s checkpoint and precision, plus the trainer's own model and policy."""
+    import torch
+
+    from scalerl.generation.pool import GeneratorPool
+    from scalerl.generation.worker import WorkerSpec
+    from scalerl.models.load import load_checkpoint
+    from scalerl.models.policy import Policy
+    from scalerl.precision.base import linear_head
+    from scalerl.registry import build_recipe
+    from scalerl.train.setup import prepare_checkpoint
+
+    _, ckpt = prepare_checkpoint(cfg)
+    model, tok = load_checkpoint(ckpt, dtype=torch.float32, device=torch.device("cpu"))
+    body = cfg.precision.generator_body
+    spec = WorkerSpec(rank=0, n_generators=n, checkpoint=str(ckpt), device="cpu",
+                      dtype="float32" if body in ("auto", "engine") else body, compute_dtype="float32",
+                      heads=build_recipe(cfg).heads, attn_implementation=None, threads=1, timeout_s=60,
+                      in_flight=True, schema=())
+    pool = GeneratorPool(spec, n, model.state_dict())
+    pool.start()
+    return pool, model, Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32))
+
+
+def torchrun(args: list[str], run_dir: Path, nproc: int = 2, timeout: int = 900, check: bool = True):
+    """``torchrun --nproc_per_node N -m scalerl.sweep ARGS`` into ``run_dir``."""
+    env = {**os.environ, "SCALERL_NO_BAR": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "scalerl.sweep", *args, f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc

@@ -87,7 +87,7 @@ def check_sharded_round_trip(cfg, device: torch.device, tmp_path) -> None:
         r = build_run(plan, task, ckpt)
         rl_step(plan, r, dist, prompts=4, group=4)
         extra = {"scheduler": r.scheduler.state_dict(), "sampler": r.sampler.state_dict(), "state": {"step": 1}}
-        save_sharded(tmp_path, 1, r.model, r.optimizer, extra, keep=2, dist=dist)
+        save_sharded(tmp_path, 1, r.model, r.optimizer, extra, dist=dist)
         r2 = build_run(plan, task, ckpt)
         assert resume(tmp_path, r2)["state"] == {"step": 1}
         r2.sync_generator(1)  # as the loop does after a resume

@@ -8,6 +8,7 @@ naming ``loss``, before anything launches.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -101,3 +102,34 @@ def test_a_new_loss_without_clamp_fails_dry_run_with_one_line_naming_loss(tmp_pa
     assert why.startswith("[scalerl] config error: loss: option 'mine': MineConfig does not define clamp()"), lines
     assert "nothing was launched" in why, lines
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("config.yaml"))
+
+
+def test_every_path_the_architecture_page_names_exists():
+    # The page's folder map and its walk-through name real folders and files; `mine` is the
+    # walk-through's new option, `<...>` and NAME are placeholders.
+    named = set(re.findall(r"`((?:scalerl|conf|tests|analysis|sweeps|docs|hydra_plugins|benchmarks)/[^`\s]*)`", DOCS))
+    assert len(named) >= 10
+    missing = [p for p in sorted(named) if "mine" not in p and "<" not in p and "NAME" not in p
+               and not (REPO / p).exists()]
+    assert not missing, missing
+    tree = DOCS[DOCS.index("```\nscalerl/"):]
+    tree = tree[:tree.index("```", 4)]
+    listed = re.findall(r"(?:^|\s)([a-z_]+(?:/|\.py))(?=\s)", tree)
+    inside = [n for n in listed if n not in ("scalerl/", "hydra_plugins/", "analysis/", "conf/", "sweeps/", "docs/",
+                                             "benchmarks/", "tests/")]
+    assert {"core/", "losses/", "asynchrony/", "generation/", "train/", "sweep.py", "loop.py"} <= set(inside)
+    gone = [n for n in inside if not any((base / n.rstrip("/")).exists() for base in
+                                        (REPO / "scalerl", REPO / "scalerl" / "train", REPO / "scalerl" / "generation",
+                                         REPO / "scalerl" / "devtools"))]
+    assert not gone, gone
+
+
+def test_the_axis_table_names_each_axis_group_package_and_registry():
+    from scalerl.registry import AXES
+
+    rows = re.findall(r"^\| `conf/(\w+)/` \| `scalerl/(\w+)/` \| `(\w+)` \|$", DOCS, re.M)
+    assert {group for group, _, _ in rows} == set(AXES)
+    for group, package, registry in rows:
+        module = importlib.import_module(f"scalerl.{package}")
+        assert getattr(module, registry) is AXES[group], (group, package, registry)
+        assert set(AXES[group]) == {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}, group

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import torch
-from helpers import REPO, VOLATILE, read_rows, wait_for
+from helpers import REPO, VOLATILE, make_pool, read_rows, wait_for
 from paced import pace
 from transformers import DynamicCache
 
@@ -183,24 +183,6 @@ def test_in_flight_swap_keeps_the_sequences_and_their_kv_cache(tmp_path):
 
 
 # ------------------------------------------------------- generator processes
-def make_pool(cfg, n):
-    """Generator processes for ``cfg``'s checkpoint and precision, plus the trainer's own model and policy."""
-    from scalerl.generation.pool import GeneratorPool
-    from scalerl.generation.worker import WorkerSpec
-    from scalerl.train.setup import prepare_checkpoint
-
-    _, ckpt = prepare_checkpoint(cfg)
-    model, tok = load_checkpoint(ckpt, dtype=torch.float32, device=torch.device("cpu"))
-    body = cfg.precision.generator_body
-    spec = WorkerSpec(rank=0, n_generators=n, checkpoint=str(ckpt), device="cpu",
-                      dtype="float32" if body in ("auto", "engine") else body, compute_dtype="float32",
-                      heads=build_recipe(cfg).heads, attn_implementation=None, threads=1, timeout_s=60,
-                      in_flight=True, schema=())
-    pool = GeneratorPool(spec, n, model.state_dict())
-    pool.start()
-    return pool, model, Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32))
-
-
 def _pool(tiny_cfg, n, generator_body="auto"):
     return make_pool(tiny_cfg("async=pipeline_rl", f"precision.generator_body={generator_body}"), n)
 
@@ -431,7 +413,7 @@ def read_rows_progress(run_dir):
 TRAINER = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from test_async import make_pool
+from helpers import make_pool
 from scalerl.config import compose, validate
 pool, _, _ = make_pool(validate(compose(["logger=none", "async=pipeline_rl"])), 1)
 sys.stdout.write(f"GENERATOR_PID {{pool.pids[0]}}\\n")  # one write: the generator's own output may come between print()'s pieces

@@ -12,15 +12,12 @@ real divergence (one different token, a wrong gradient scale) produces.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ANSWERS_ONLY, REPO, read_rows
+from helpers import ANSWERS_ONLY, REPO, read_rows, torchrun
 from safetensors.torch import load_file
 
 from scalerl.train.loop import train
@@ -36,17 +33,6 @@ TINY = ["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, "batch.pr
 STEPS = 24
 PIPE = ["async=pipeline_rl", "async.max_lag=0", "async.generators=2", "async.timeout_s=120"]
 COMPARED = ("train_reward", "response_length", "effective_batch", "truncation_rate", "interrupt_rate")
-
-
-def torchrun(args: list[str], run_dir: Path, nproc: int = 2, timeout: int = 900, check: bool = True):
-    """``torchrun --nproc_per_node N -m scalerl.sweep ARGS`` into ``run_dir``."""
-    env = {**os.environ, "SCALERL_NO_BAR": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "scalerl.sweep", *args, f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
 
 
 def one_rank(tiny_cfg, run_dir: Path, *overrides: str) -> dict:

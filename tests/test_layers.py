@@ -90,6 +90,67 @@ def test_imports_go_down_the_layers(path, name):
     assert not bad, "\n".join(bad)
 
 
+def import_graph() -> dict[str, set[str]]:
+    """scalerl module -> the scalerl modules it imports, at module level or inside a function (a lazy
+    import is for heavy optional libraries, never to dodge a cycle: docs/architecture.md).
+    ``from pkg import sub`` names the submodule ``sub``, not ``pkg``'s ``__init__``."""
+    mods = {name: path for path, name in runtime_modules()}
+    graph = {}
+    for name, path in mods.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                            for a in node.names}
+        graph[name] = {t for t in targets if t in mods and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each a circle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                comp.append(stack.pop())
+                if comp[-1] == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycles_finds_a_circle_and_only_a_circle():
+    # a -> b -> c -> a is one circle; d -> a hangs off it; e stands alone.
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_anywhere_under_scalerl():
+    # Between packages the layers forbid circles; this catches them inside one package too.
+    assert cycles(import_graph()) == []
+
+
 def test_devtools_import_nothing_of_the_runtime():
     for path in (REPO / "scalerl" / "devtools").rglob("*.py"):
         for target, line, _ in imports(path):
@@ -147,3 +208,13 @@ def test_only_building_a_run_looks_up_a_registry():
     for path in (REPO / "scalerl" / "train").glob("*.py"):
         used = {t.rsplit(".", 1)[-1] for t, _, _ in imports(path)} & registries
         assert path.name == "setup.py" or not used, f"{path.name} looks up {sorted(used)}"
+
+
+def test_code_says_why_not_which_ticket():
+    # Comments and docstrings cite the paper or docs/, never an issue number: a user has only the repository.
+    import re
+
+    ticket = re.compile(r"\b[Ii]ssues? \d+|(?<![\w/])#\d{2,}\b")
+    bad = [f"{p.relative_to(REPO)}:{n}" for p in (REPO / "scalerl").rglob("*.py")
+           for n, line in enumerate(p.read_text().splitlines(), 1) if ticket.search(line) and "submitit #" not in line]
+    assert not bad, bad

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from scalerl.core.jsonio import JsonlFile, write_json_atomic
-from scalerl.train.checkpoint import list_checkpoints, load_latest, save_checkpoint
+from scalerl.train.checkpoint import list_checkpoints, save_checkpoint
+from scalerl.train.sharded_checkpoint import resume
 
 
 @contextmanager
@@ -87,9 +88,9 @@ def tiny_model() -> torch.nn.Module:
 
 def test_a_failed_checkpoint_names_the_file_and_cleans_its_temporary(tmp_path):
     model = tiny_model()
-    save_checkpoint(tmp_path, 0, {"model": model.state_dict()}, keep=2, model=model)
+    save_checkpoint(tmp_path, 0, {"model": model.state_dict()}, model=model)
     with file_size_limit(4096), pytest.raises(OSError) as e:  # torch's own error is a RuntimeError naming no file
-        save_checkpoint(tmp_path, 5, {"model": model.state_dict()}, keep=2, model=model)
+        save_checkpoint(tmp_path, 5, {"model": model.state_dict()}, model=model)
     assert str(e.value) == (f"could not write checkpoint {tmp_path / 'checkpoints' / 'step_00000005.pt'}: "
                             "File too large (EFBIG)")
     assert e.value.__suppress_context__  # one line, not a chain of torch internals
@@ -107,15 +108,23 @@ class Exploit:
 
 
 def test_a_checkpoint_that_would_run_code_is_refused_and_the_previous_one_used(tmp_path):
+    from types import SimpleNamespace
+
     model = tiny_model()
-    save_checkpoint(tmp_path, 0, {"model": model.state_dict(), "state": {"step": 0}}, keep=3, model=model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    sampler = SimpleNamespace(state=None, load_state_dict=lambda sd: setattr(sampler, "state", sd))
+    good = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+            "sampler": {"drawn": 3}, "state": {"step": 0}}
+    save_checkpoint(tmp_path, 0, good, model=model)
     marker = tmp_path / "pwned"
     evil = tmp_path / "checkpoints" / "step_00000005.pt"
-    torch.save({"model": model.state_dict(), "state": {"step": 5}, "x": Exploit(marker)}, evil)
+    torch.save({**good, "state": {"step": 5}, "x": Exploit(marker)}, evil)
     logged = []
-    ckpt = load_latest(tmp_path, log=logged.append)
+    r = SimpleNamespace(model=model, optimizer=opt, scheduler=sched, sampler=sampler, sharded=False)
+    extra = resume(tmp_path, r, log=logged.append)  # the one resume path the loop takes
     assert not marker.exists()  # the old loader (weights_only=False) ran it
-    assert ckpt["state"]["step"] == 0
+    assert extra["state"]["step"] == 0 and sampler.state == {"drawn": 3}
     assert "step_00000005.pt" in logged[0] and "could run code" in logged[0]
 
 
@@ -129,7 +138,7 @@ def test_what_the_loop_saves_loads_with_weights_only(tmp_path):
     state = {"step": 3, "compute": np.float64(1.5e9), "tokens": np.int64(7), "wandb_id": None,
              "window": [{"loss": np.float32(0.25), "clip_frac": 0.0}]}
     save_checkpoint(tmp_path, 3, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                  "scheduler": sched.state_dict(), "state": state}, keep=1, model=model)
+                                  "scheduler": sched.state_dict(), "state": state}, model=model)
     (path,) = list_checkpoints(tmp_path)
     ck = torch.load(path, weights_only=True)
     assert ck["state"] == {"step": 3, "compute": 1.5e9, "tokens": 7, "wandb_id": None,

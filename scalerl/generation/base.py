@@ -26,6 +26,10 @@ class GenerationConfig:
         """Devices one engine shards the model over (vLLM's ``tensor_parallel_size``); 1: one device."""
         return 1
 
+    def weight_plane(self) -> Optional[str]:
+        """How the trainer's weights reach a remote engine (vLLM's ``weight_transfer``); None: the option has no choice."""
+        return None
+
 
 @dataclass(frozen=True)
 class EngineContext:

@@ -1,6 +1,6 @@
 """How the trainer's hub tells a live generator from a dead or cut-off one (``Hub`` inherits this).
 
-Liveness comes from heartbeats (issue 25): every generator writes a signed ``beat/j`` (a counter, its
+Liveness comes from heartbeats: every generator writes a signed ``beat/j`` (a counter, its
 state, its host and pid) every ``BEAT_S`` from a thread of its own (``Spoke.start_heartbeat``). A
 child's exit status is the fast path (``alive``, set by the pool); any generator, local or on another
 node, is presumed dead when its counter has not moved for ``async.timeout_s`` plus two beats. After

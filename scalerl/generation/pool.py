@@ -42,7 +42,7 @@ def _death_signal():
     """A preexec_fn that has the kernel SIGKILL the child when its parent dies (Linux), or None.
 
     A trainer killed with kill -9 while its generators start up would otherwise leave them
-    waiting out two 300 s store timeouts (issue 29). The signal fires when the thread that
+    waiting out two 300 s store timeouts. The signal fires when the thread that
     forked exits; ``start`` runs on the trainer's main thread, which lives as long as the
     trainer. prctl is resolved here, before the fork, so the child only makes the call.
     """

@@ -36,7 +36,7 @@ from vllm.distributed.weight_transfer.base import (
 
 from scalerl.generation.buckets import BUCKET_BYTES, TensorSpec, layout, pack_all, unpack
 from scalerl.generation.trust import LOOPBACK, abort_groups, broadcast, gloo_group, handshake, hosting_store, seconds
-from scalerl.generation.vllm_transfer import LayerwiseReload
+from scalerl.generation.vllm_reload import LayerwiseReload
 
 BACKEND = "scalerl_gloo"
 GROUP = "vllm-weights"

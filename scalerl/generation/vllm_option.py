@@ -69,6 +69,9 @@ class VLLMGenerationConfig(GenerationConfig):
     def model_shards(self) -> int:
         return self.tensor_parallel_size
 
+    def weight_plane(self) -> str:
+        return self.weight_transfer
+
 
 def build_vllm_generator(ctx: EngineContext, *, cfg: VLLMGenerationConfig):
     check_installed()

@@ -39,6 +39,11 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferInitInfo,
     WeightTransferUpdateInfo,
 )
+from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+from scalerl.generation.vllm_gloo import BACKEND as GLOO
+from scalerl.generation.vllm_gloo import GlooWeightTransferEngine
+from scalerl.generation.vllm_reload import LayerwiseReload
 
 BACKEND = "scalerl_inline"
 CHUNK_BYTES = 256 << 20
@@ -78,27 +83,6 @@ class InlineUpdateInfo(WeightTransferUpdateInfo):
         return out
 
 
-class LayerwiseReload(WeightTransferEngine):
-    """The worker-side lifecycle scalerl's data planes share (``scalerl_inline`` here, ``scalerl_gloo``
-    in vllm_gloo.py): vLLM's checkpoint-format layerwise reload around the ``(name, tensor)`` pairs
-    a subclass's ``receive_weights`` feeds to ``load_weights``."""
-
-    def start_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-        initialize_layerwise_reload(self.model)
-
-    def update_weights(self, update_info: dict[str, Any]) -> None:
-        # The base class synchronises the accelerator after receiving, which a CPU
-        # worker does not have; the copies into the model are synchronous on CPU and ordered on GPU.
-        self.receive_weights(self.parse_update_info(update_info))
-
-    def finish_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-        finalize_layerwise_reload(self.model, self.model_config)
-
-
 class InlineWeightTransferEngine(LayerwiseReload, WeightTransferEngine[InlineInitInfo, InlineUpdateInfo]):
     """Worker side: vLLM's checkpoint-format reload lifecycle, tensors received in-band."""
 
@@ -118,11 +102,6 @@ class InlineWeightTransferEngine(LayerwiseReload, WeightTransferEngine[InlineIni
 def register() -> None:
     """vLLM general plugin: make ``scalerl_inline`` and ``scalerl_gloo`` (vllm_gloo.py) available in
     this process (idempotent)."""
-    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
-
-    from scalerl.generation.vllm_gloo import BACKEND as GLOO
-    from scalerl.generation.vllm_gloo import GlooWeightTransferEngine
-
     if BACKEND not in WeightTransferEngineFactory._registry:
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_rotary_cache_filter)
     for name, engine in ((BACKEND, InlineWeightTransferEngine), (GLOO, GlooWeightTransferEngine)):

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scalerl.core.errors import ConfigError
-from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic
+from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.train.signals import STOP_REQUEST
 
 FINISHED = ("done", "failed", "stopped_early")
@@ -38,8 +38,11 @@ class Curve:
 
 
 def read_curve(run_dir: Path) -> Curve:
-    """The arm's evals so far (step 0 first), from its metrics.jsonl."""
-    rows = [r for r in JsonlFile(Path(run_dir) / "metrics.jsonl").rows()
+    """The arm's evals so far (step 0 first), from its metrics.jsonl, read by analysis's hardened
+    reader (the one reader of metrics.jsonl; pandas comes with it, as with the fit below)."""
+    from analysis.io import read_metrics
+
+    rows = [r for r in read_metrics(Path(run_dir) / "metrics.jsonl")
             if r.get("pass_rate") is not None and r.get("compute") is not None]
     return Curve([float(r["compute"]) for r in rows], [float(r["pass_rate"]) for r in rows],
                  [float(r.get("epoch") or 0.0) for r in rows], int(rows[-1]["step"]) if rows else 0)

@@ -1,4 +1,4 @@
-"""SLURM node roles: one job per arm, trainer nodes first, then generator nodes (issue 25).
+"""SLURM node roles: one job per arm, trainer nodes first, then generator nodes.
 
     python -m scalerl.sweep hydra/launcher=slurm hydra.launcher.nodes=3 hydra.launcher.tasks_per_node=2 \\
         async.generators=2 async.generator_nodes=2

@@ -71,6 +71,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check(self.dtype == "auto" or self.dtype in DTYPES, "model.dtype", f"must be auto or one of {list(DTYPES)}, got {self.dtype!r}")
 
+    def context_length(self) -> Optional[int]:
+        """The longest sequence the option's model takes, when the config knows it (None: its checkpoint's)."""
+        return None
+
 
 class PrepareFn(Protocol):
     """The local checkpoint directory a run starts from (built and cached if needed)."""

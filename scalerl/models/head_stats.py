@@ -1,4 +1,4 @@
-"""The chunked LM head's log-probs and entropies as one autograd function (issue 26).
+"""The chunked LM head's log-probs and entropies as one autograd function.
 
 ``chunked_token_stats`` (``policy.py``) runs this for the precision axis's linear heads
 (``linear_head``: ``logits = linear(hidden.to(dt), weight.to(dt)).float()``). Why a function of

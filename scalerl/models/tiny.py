@@ -33,6 +33,9 @@ class TinyModelConfig(ModelConfig):
     """Must cover prompt + budget + interruption phrase + answer budget."""
     init_seed: int = 0
 
+    def context_length(self) -> int:
+        return self.max_position_embeddings
+
     def __post_init__(self) -> None:
         super().__post_init__()
         for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):

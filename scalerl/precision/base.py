@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 from omegaconf import MISSING
 
+from scalerl.core.errors import check
 from scalerl.core.lazy import torch
 
 if TYPE_CHECKING:
@@ -27,6 +28,23 @@ class PrecisionConfig:
     def generator_body_setting(self) -> str:
         """The option's ``generator_body`` (the generator's own body dtype), or auto where it has none."""
         return "auto"
+
+
+@dataclass
+class GeneratorBodyConfig(PrecisionConfig):
+    """The schema of the options whose generator keeps its own copy of the weights in a dtype of its own."""
+
+    generator_body: str = "auto"
+    """The generator's own copy of the weights: engine (bf16 weights, as a serving engine holds them;
+    computed in the trainer's body dtype, ``round_dtype``), auto (the trainer's weights), or a dtype
+    the generator's body computes in: float32, bfloat16 or float16. The YAMLs' default is engine."""
+
+    def __post_init__(self) -> None:
+        check(self.generator_body in BODY_DTYPES, "precision.generator_body",
+              f"must be one of {BODY_DTYPES}, got {self.generator_body!r}")
+
+    def generator_body_setting(self) -> str:
+        return self.generator_body
 
 
 @dataclass(frozen=True)

@@ -6,28 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.core.errors import check
 from scalerl.core.lazy import torch
-from scalerl.precision.base import BODY_DTYPES, Heads, PrecisionConfig, body_dtype, round_dtype
+from scalerl.precision.base import GeneratorBodyConfig, Heads, body_dtype, round_dtype
 
 
 @dataclass
-class Fp32HeadConfig(PrecisionConfig):
+class Fp32HeadConfig(GeneratorBodyConfig):
     generator: bool = True
     """fp32 head on the generator side (else bf16 logits there)."""
     trainer: bool = True
     """fp32 head on the trainer side (else bf16 logits there)."""
-    generator_body: str = "auto"
-    """The generator's own copy of the weights: engine (bf16 weights, as a serving engine holds them;
-    computed in the trainer's body dtype, ``base.round_dtype``), auto (the trainer's weights), or a dtype
-    the generator's body computes in: float32, bfloat16 or float16. The YAML's default is engine."""
-
-    def __post_init__(self) -> None:
-        check(self.generator_body in BODY_DTYPES, "precision.generator_body",
-              f"must be one of {BODY_DTYPES}, got {self.generator_body!r}")
-
-    def generator_body_setting(self) -> str:
-        return self.generator_body
 
 
 def fp32_head_heads(compute_dtype, *, cfg: Fp32HeadConfig) -> Heads:

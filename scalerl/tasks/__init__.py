@@ -17,5 +17,5 @@ TASKS: dict[str, Option] = {
     "arith": Option(arith.ArithConfig, arith.build_arith),
     "math": Option(math.MathConfig, math.build_math),
     "code": Option(code.CodeConfig, code.build_code),
-    "mix": Option(mix.MixConfig, mix.build_mix),
+    "mix": Option(mix.MixConfig, lambda cfg, *, tokenizer=None: mix.build_mix(cfg, TASKS, tokenizer=tokenizer)),
 }

@@ -48,6 +48,9 @@ class ArithConfig(TaskConfig):
     """Size of the fixed held-out split the pass rate is measured on."""
     data_seed: int = 1234
     """Seed of the problem generator; independent of the run seed so every arm sees the same split."""
+
+    def train_pool_size(self) -> int:
+        return self.n_train
     think: float = 0.0
     """Fraction of warm-start demonstrations that think (a scratchpad of column sums) before answering
     additions; the rest answer directly. 0: answers only, the completions are a few tokens."""

@@ -38,6 +38,10 @@ class TaskConfig:
         check(self.correct_reward > self.wrong_reward, "task.correct_reward",
               f"must be > task.wrong_reward={self.wrong_reward}, got {self.correct_reward}")
 
+    def train_pool_size(self) -> Optional[int]:
+        """The size of the train pool when the config fixes it (None: the data decides)."""
+        return None
+
 
 @dataclass
 class Grades:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from scalerl.core.errors import check
 from scalerl.tasks.base import Grades, Problem, TaskConfig, TaskData
@@ -50,18 +50,14 @@ class MixConfig(TaskConfig):
         return float(self.weights.get(key, 1.0))
 
 
-def _registry():
-    from scalerl.tasks import TASKS  # the registry lists mix itself, so it is read when used
-
-    return TASKS
-
-
 def _tag(problems: list[Problem], key: str) -> list[Problem]:
     return [dataclasses.replace(p, task=key) for p in problems]
 
 
-def build_mix(cfg: MixConfig, *, tokenizer=None) -> TaskData:
-    subs = {k: (cfg.weight(k), _registry()[c.name].fn(c, tokenizer=tokenizer)) for k, c in cfg.tasks.items()}
+def build_mix(cfg: MixConfig, tasks: Mapping[str, Any], *, tokenizer=None) -> TaskData:
+    """``tasks`` is the task registry (``TASKS``): it lists mix itself, so it is handed in
+    rather than imported."""
+    subs = {k: (cfg.weight(k), tasks[c.name].fn(c, tokenizer=tokenizer)) for k, c in cfg.tasks.items()}
     total, weight_sum = sum(len(t.train) for _, t in subs.values()), sum(w for w, _ in subs.values())
     rng = random.Random(cfg.data_seed)
     train, heldout = [], []

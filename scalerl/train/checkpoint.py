@@ -3,7 +3,7 @@
 No RNG state is stored: every step's sampling seed is derived from (seed, rank,
 step), so a resumed run draws exactly what it would have drawn. Written to a
 temp file then renamed, so a kill mid-save leaves the previous
-checkpoint intact; an unreadable newest checkpoint falls back to the one
+checkpoint intact; an unreadable newest checkpoint falls back (``sharded_checkpoint.resume``, the one resume path) to the one
 before. A checkpoint is refused if any parameter is non-finite.
 
 Checkpoints are loaded with ``weights_only=True``: a run directory someone sends
@@ -81,7 +81,8 @@ def _reason(err: BaseException) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def save_checkpoint(run_dir: Path, step: int, payload: dict, keep: int, model: torch.nn.Module) -> Path:
+def save_checkpoint(run_dir: Path, step: int, payload: dict, model: torch.nn.Module) -> Path:
+    """Write one plain checkpoint; pruning the old ones is ``sharded_checkpoint.prune``'s alone."""
     check_finite(model)
     d = ckpt_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -101,23 +102,9 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict, keep: int, model: t
         error.errno = getattr(e, "errno", None)
         raise error from None
     failpoint("checkpoint.saved", step)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
     return path
 
 
 def load_plain(path: Path) -> dict:
     """One plain checkpoint, tensors and plain data only (``weights_only``)."""
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def load_latest(run_dir: Path, log=print) -> dict | None:
-    for path in reversed(list_checkpoints(run_dir)):
-        try:
-            return load_plain(path)
-        except Exception as e:  # truncated, corrupt, or holding objects that could run code: try the previous one
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            if "weights only load failed" in str(e).lower():
-                why = "it holds objects other than tensors and plain data, which could run code; not loaded"
-            log(f"[scalerl] warning: unreadable checkpoint {path} ({why}); trying an older one")
-    return None

@@ -259,12 +259,13 @@ def _save(run_dir: Path, r, state: dict, cfg, dist, sched) -> None:
             # JSON extra state cannot hold: such a run checkpoints at its phase boundaries only,
             # and a resume redoes the steps since the last one, exactly (docs/async.md).
             return
-        save_sharded(run_dir, state["step"], r.model, r.optimizer, extra, cfg.train.keep_checkpoints, dist)
+        save_sharded(run_dir, state["step"], r.model, r.optimizer, extra, dist)
     elif dist.main:
         payload = {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict(), **extra,
                    "async": sched.state_dict()}
-        save_checkpoint(run_dir, state["step"], payload, cfg.train.keep_checkpoints, r.model)
-        prune(run_dir, cfg.train.keep_checkpoints)  # sharded ones from an earlier N-rank phase
+        save_checkpoint(run_dir, state["step"], payload, r.model)
+    if dist.main:
+        prune(run_dir, cfg.train.keep_checkpoints)  # either kind: sharded ones may be from an earlier N-rank phase
 
 
 def _mean(rows: list[dict]) -> dict:

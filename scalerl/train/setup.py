@@ -28,7 +28,7 @@ from scalerl.train.pipeline import PipelineSchedule
 from scalerl.train.prompt_stream import PromptSampler
 from scalerl.train.run_plan import RunPlan
 from scalerl.train.schedule import LocalSchedule, Schedule
-from scalerl.train.sharding import push_weights, shard_trainer
+from scalerl.train.sharding import copy_weights, shard_trainer
 from scalerl.train.warmstart import warm_start_checkpoint
 from scalerl.train.weights import trainer_state_dict
 
@@ -36,8 +36,7 @@ from scalerl.train.weights import trainer_state_dict
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device", "cuda was requested but no GPU is visible; use train.device=auto or cpu")
+    # train.device=cuda without a device is refused before the run starts (config.check_environment)
     return torch.device(name)
 
 
@@ -92,7 +91,7 @@ class Run:
             self.generator.load_weights(trainer_state_dict(self.model).items(), version)
             return
         if self.policy_is_copy:
-            push_weights(self.model, self.policy)
+            copy_weights(self.model, self.policy)
         self.generator.version = version
 
 

@@ -60,8 +60,8 @@ def _forget(optimizer) -> None:
     optimizer.state.clear()
 
 
-def save_sharded(run_dir: Path, step: int, model, optimizer, extra: dict, keep: int, dist) -> Path:
-    """Collective: every rank writes its shards; rank 0 the extra state and the rename."""
+def save_sharded(run_dir: Path, step: int, model, optimizer, extra: dict, dist) -> Path:
+    """Collective: every rank writes its shards; rank 0 the extra state and the rename (pruning: ``prune``)."""
     import torch.distributed.checkpoint as dcp
 
     local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
@@ -82,13 +82,12 @@ def save_sharded(run_dir: Path, step: int, model, optimizer, extra: dict, keep: 
         write_json_atomic(tmp / EXTRA, {**extra, "optimizer_fresh": fresh})
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
-        prune(run_dir, keep)
     dist.barrier()
     return path
 
 
 def prune(run_dir: Path, keep: int) -> None:
-    """Keep the ``keep`` newest checkpoints of either kind."""
+    """Keep the ``keep`` newest checkpoints of either kind (the one place old checkpoints are removed)."""
     both = sorted([*list_checkpoints(run_dir), *list_sharded(run_dir)], key=_step)
     for old in both[:-keep]:
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
@@ -101,7 +100,7 @@ def resume(run_dir: Path, r, log=print) -> dict | None:
     Collective when ``r`` is sharded: every rank must call it.
 
     Raises ``CheckpointsRefused`` when checkpoints exist but none can be loaded: starting
-    again from step 0 would drop every metric row the run has written (issue 29 point 6)."""
+    again from step 0 would drop every metric row the run has written."""
     both = sorted([*list_sharded(run_dir), *list_checkpoints(run_dir)], key=_step)
     refused = []
     for path in reversed(both):

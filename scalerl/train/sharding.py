@@ -242,7 +242,7 @@ def head_key(model: torch.nn.Module) -> str:
 
 
 @torch.no_grad()
-def push_weights(trainer_model: torch.nn.Module, policy) -> None:
+def copy_weights(trainer_model: torch.nn.Module, policy) -> None:
     """Copy the trainer's current weights into a generator ``Policy`` with its own copy
     of the model (cast to its dtype); and its separate head weight, if it has one."""
     full = full_state_dict(trainer_model)

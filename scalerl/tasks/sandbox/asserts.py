@@ -1,4 +1,4 @@
-"""Assert-style tests judged on the host, on plain values (issue 27 point 5).
+"""Assert-style tests judged on the host, on plain values.
 
 An assert run inside the program's process proves nothing: ``assert f(x) == y`` passes
 when ``f`` returns an object whose ``__eq__`` always says yes. So each top-level
