@@ -60,7 +60,10 @@ def main() -> None:
     print(f"seed {args.seed}, overrides {args.overrides}")
     print("| step | stored pass | this pass | diff | stored reward | this reward | diff |")
     print("|---|---|---|---|---|---|---|")
-    for g, r in zip(got, ref):
+    for k in ("loss", "grad_norm"):
+        a, b = ref[-1]["first_update"][k], got[-1]["first_update"][k]
+        print(f"first update {k}: stored {a:.9g}, this {b:.9g}, relative difference {abs(b - a) / abs(a):.2e}")
+    for g, r in zip(got[:-1], ref[:-1]):
         gr, rr = g.get("train_reward", 0.0), r.get("train_reward", 0.0)
         print(f"| {g['step']} | {r['pass_rate']:.4f} | {g['pass_rate']:.4f} | {g['pass_rate'] - r['pass_rate']:+.4f} "
               f"| {rr:.4f} | {gr:.4f} | {gr - rr:+.4f} |")

@@ -27,8 +27,12 @@ def run(cfg, run_dir):
 
 
 def curve(run_dir):
+    """The eval rows, and the first update's loss and grad norm (continuous values computed before any
+    sampling could differ: a wrong loss, normalizer or aggregation changes them, rounding barely)."""
+    first = JsonlFile(run_dir / "steps.jsonl").rows()[0]
     return [{k: r[k] for k in ("step", "pass_rate", "compute", "tokens", "train_reward") if k in r}
-            for r in JsonlFile(run_dir / "metrics.jsonl").rows()]
+            for r in JsonlFile(run_dir / "metrics.jsonl").rows()] + [
+        {"first_update": {k: first[k] for k in ("loss", "grad_norm")}}]
 
 
 def record_curve(out: Path, *extra: str) -> list[dict]:
@@ -48,13 +52,18 @@ def record_curve(out: Path, *extra: str) -> list[dict]:
 # step 0 is the same everywhere). Measured from the shipped weights on an AMD EPYC (AVX2),
 # benchmarks/RESULTS.md ("The stored 20-step curve"): torch's portable kernels
 # (ATEN_CPU_CAPABILITY=default, MKL and oneDNN held to SSE4) and every weight moved one float32 ulp
-# up or down (benchmarks/curve_rounding.py, 2 seeds) each reproduced the stored curve exactly,
+# up or down (benchmarks/curve_rounding.py, 2 seeds) each reproduced the stored eval rows exactly,
 # pass rate and train reward to the sample. The curves stored per kind before (0.061, 0.072, 0.079
 # at step 0) differed by their warm starts' 400 SFT steps, not by RL. So a kind's rounding moves a
 # few samples at most: 0.01 is 10 of the 1024 held-out samples and 6 of an eval row's 640 training
-# samples. A wrong normalizer or aggregation moves the curve by more (same file, "wrong setting" rows).
+# samples. That is a determinism check, not a check of the math: in 20 steps of the 100-step lr
+# warm-up a wrong normalizer or aggregation moved the eval rows by one or two samples too. The first
+# update's loss and grad norm catch those: the rounding runs moved them by at most 1.5e-6 (relative),
+# aggregation=token by 7.2e-3 (loss) and 4.7e-4 (grad norm), adv_norm=prompt by 1.4e-2 and 7.2e-2;
+# FIRST_TOL sits about 70 times above the first and 5-100 times below the others.
 PASS_TOL = 0.01
 REWARD_TOL = 0.01
+FIRST_TOL = 1e-4
 
 
 @pytest.mark.slow
@@ -68,8 +77,11 @@ def test_deterministic_run_matches_stored_curve(tmp_path):
     run(cfg, b)
     assert curve(a) == curve(b)  # same seed, same thread count: bit-identical
     got = curve(a)
-    assert [r["step"] for r in got] == [0, 5, 10, 15, 20]
     ref = json.loads(CURVE.read_text())
+    (got, g1), (ref, r1) = (got[:-1], got[-1]["first_update"]), (ref[:-1], ref[-1]["first_update"])
+    assert [r["step"] for r in got] == [0, 5, 10, 15, 20]
+    for k in ("loss", "grad_norm"):  # FIRST_TOL: rounding moves them far less, a wrong setting far more
+        assert math.isclose(g1[k], r1[k], rel_tol=FIRST_TOL), (k, g1[k], r1[k])
     # Step 0 evaluates the shipped warm start before any RL: the same on every machine to the
     # sample, unless the evaluation itself changed (then re-record with RECORD).
     assert got[0] == ref[0], (got[0], ref[0], f"the step-0 evaluation changed: re-record with `{RECORD}`")
