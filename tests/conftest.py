@@ -1,8 +1,8 @@
 """Shared test fixtures, and the test tiers.
 
-The warm-started tiny model is built once per session into a session cache
-(SCALERL_CACHE), then reused by every test that trains; runs use one torch
-thread so trajectories are exactly reproducible.
+The warm-started tiny models are shipped with the package (scalerl/models/assets); a test
+whose warm-start settings differ builds its own once into the session cache (SCALERL_CACHE).
+Runs use one torch thread so trajectories are exactly reproducible.
 
 Tiers (docs/testing.md): ``slow`` (integration), ``slurm`` (cluster; tests/slurm marks its
 folder) and ``gpu`` (tests/gpu marks its folder) are marked where the tests are; every other
@@ -11,8 +11,6 @@ test is marked ``unit`` here, so ``python -m pytest -m unit`` is the fast lane.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -52,33 +50,9 @@ def _session_env(tmp_path_factory):
     yield
 
 
-# The default's reasoning-shaped warm start costs about 3.5 of CI's 25 minutes, and the first
-# integration test that needs it used to wait for all of it. Built in the background from the
-# session's start, it overlaps the unit and cluster tests before it; a test that needs it early
-# waits on the warm start's file lock (train/warmstart.py) instead of building it a second time.
-# One thread, as the tests' runs use: the same checkpoint whoever builds it.
-_PREBUILD = """
-import torch
-torch.set_num_threads(1)
-from scalerl.config import compose, validate
-from scalerl.train.setup import prepare_checkpoint
-prepare_checkpoint(validate(compose(["logger=none", "train.threads=1"])), log=lambda *a, **k: None)
-"""
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _default_warm_start(request, _session_env, tmp_path_factory):
-    if not any(item.get_closest_marker(m) for item in request.session.items for m in ("slow", "slurm")):
-        yield  # the fast lane trains nothing that needs it
-        return
-    log = tmp_path_factory.mktemp("prebuild") / "warm_start.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", _PREBUILD], stdout=out, stderr=subprocess.STDOUT,
-                                cwd=_TESTS.parent, env={**os.environ, "SCALERL_NUM_THREADS": "1"})
-    yield
-    if proc.poll() is None:  # the session ended first (-x, a subset): nothing waits for it any more
-        proc.kill()
-    proc.wait()
+# The default's and the answers-only shape's warm starts are shipped (scalerl/models/assets,
+# docs/embedded.md): no test trains SFT unless it changes the warm start's settings, so nothing is
+# built in the background any more (it cost 3.5 of CI's 25 minutes before).
 
 
 @pytest.fixture

@@ -2,30 +2,41 @@
 intact, loaded by the default's runs, and its builder working on a small configuration."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 
 from scalerl.config import compose, validate
 from scalerl.train.setup import prepare_checkpoint
-from scalerl.train.warmstart import (ASSET, REBUILD, ShippedWarmStartError, key_hash, read_manifest, sha256,
-                                     shipped_warm_start, verify)
+from helpers import ANSWERS_ONLY
+
+from scalerl.train.warmstart import (ASSET, ASSETS, REBUILD, ShippedWarmStartError, key_hash, read_manifest, sha256,
+                                     shipped_folders, shipped_warm_start, verify)
 from scalerl.train.warmstart_asset import build, check, default_key
 
 
-def test_shipped_warm_start_was_built_from_todays_default_settings():
+def test_the_default_and_the_tests_shape_are_shipped():
+    assert [p.name for p in shipped_folders()] == ["tiny_warm", "tiny_warm_answers"]
+    assert read_manifest(ASSET)["overrides"] == []
+
+
+@pytest.mark.parametrize("name", ["tiny_warm", "tiny_warm_answers"])
+def test_shipped_warm_start_was_built_from_todays_settings(name, tmp_path):
     # Fails when the demonstrations, the warm-start or task settings, the model shape or the
     # warm start's code version change without rebuilding the shipped copy; the message says how.
-    problem = check(validate(compose(["logger=none"])))
+    problem = check(ASSETS / name, cache_dir=str(tmp_path))
     assert problem is None, problem
 
 
-def test_shipped_files_have_their_recorded_hashes():
-    manifest = verify(ASSET)
+@pytest.mark.parametrize("name", ["tiny_warm", "tiny_warm_answers"])
+def test_shipped_files_have_their_recorded_hashes(name):
+    asset = ASSETS / name
+    manifest = verify(asset)
     assert sorted(manifest["sha256"]) == ["config.json", "generation_config.json", "model.safetensors",
                                           "tokenizer.json", "tokenizer_config.json"]
-    assert manifest["sha256"]["model.safetensors"] == sha256(ASSET / "model.safetensors")
-    assert (ASSET / "model.safetensors").stat().st_size > 1_000_000  # the real weights, not a pointer file
+    assert manifest["sha256"]["model.safetensors"] == sha256(asset / "model.safetensors")
+    assert (asset / "model.safetensors").stat().st_size > 1_000_000  # the real weights, not a pointer file
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
@@ -41,7 +52,7 @@ def test_a_damaged_shipped_file_is_a_clear_error(tmp_path, damage):
     else:
         weights.unlink()
     with pytest.raises(ShippedWarmStartError, match="corrupted.*model.safetensors") as err:
-        shipped_warm_start(read_manifest(copy)["key"], copy)
+        shipped_warm_start(read_manifest(copy)["key"], [copy])
     assert REBUILD in str(err.value)
 
 
@@ -53,8 +64,11 @@ def test_the_default_loads_the_shipped_warm_start_and_trains_no_sft(tmp_path):
     assert not [p for p in tmp_path.glob("warm-*") if p.is_dir()], "the default built a warm start of its own"
     assert not any("SFT" in line for line in logs), logs
     # Another warm-start setting is another key: not the shipped one.
+    # The tests' answers-only shape loads its own shipped one; another setting is another key, shipped by none.
+    assert prepare_checkpoint(validate(compose(["logger=none", f"cache_dir={tmp_path}", *ANSWERS_ONLY])),
+                              log=logs.append)[1] == ASSETS / "tiny_warm_answers"
     other = validate(compose(["logger=none", f"cache_dir={tmp_path}", "model.warmstart.final_steps=59"]))
-    assert key_hash(default_key(other)) != read_manifest(ASSET)["key_hash"]
+    assert shipped_warm_start(default_key(other)) is None
 
 
 SMALL = ["logger=none", "model.hidden_size=16", "model.num_heads=2", "model.num_layers=1",
@@ -63,15 +77,22 @@ SMALL = ["logger=none", "model.hidden_size=16", "model.num_heads=2", "model.num_
 
 
 def test_build_writes_a_checkpoint_its_key_and_hashes_on_a_small_configuration(tmp_path):
-    cfg = validate(compose([*SMALL, f"cache_dir={tmp_path / 'cache'}"]))
+    overrides = [*SMALL[1:], f"cache_dir={tmp_path / 'cache'}"]
+    cfg = validate(compose(["logger=none", *overrides]))
     asset = tmp_path / "asset"
-    manifest = build(cfg, asset, log=lambda *a: None)
+    manifest = build(overrides, asset, log=lambda *a: None)
     key = default_key(cfg)
     assert manifest["key_hash"] == key_hash(key) == read_manifest(asset)["key_hash"]
     assert manifest["built"]["steps"] == 2 and manifest["built"]["final_steps"] == 1
     assert verify(asset) == manifest
-    assert shipped_warm_start(key, asset) == asset
+    assert shipped_warm_start(key, [asset]) == asset
+    assert check(asset) is None
     built = next(p for p in (tmp_path / "cache").glob("warm-*") if p.is_dir())  # the same bytes as the cache's build
     assert sha256(built / "model.safetensors") == manifest["sha256"]["model.safetensors"]
     other = validate(compose([*SMALL, f"cache_dir={tmp_path / 'cache'}", "model.warmstart.lr=1e-3"]))
-    assert shipped_warm_start(default_key(other), asset) is None
+    assert shipped_warm_start(default_key(other), [asset]) is None
+    # Its settings changed since (as a change of the code's defaults would): check says how to rebuild.
+    manifest["overrides"] = [o.replace("model.warmstart.final_steps=1", "model.warmstart.final_steps=2") for o in overrides]
+    (asset / "manifest.json").write_text(json.dumps(manifest))
+    problem = check(asset)
+    assert "final_steps" in problem and f"{REBUILD} --name asset" in problem and "final_steps=2" in problem

@@ -54,8 +54,10 @@ def warm_start_key(cfg, base: Path, task, tok) -> dict:
 
 # ---------------------------------------------------------------- the shipped copy
 
-ASSET = Path(models.__file__).parent / "assets" / "tiny_warm"
-"""The default's warm start, shipped with the package (``warmstart_asset.py`` builds it, docs/embedded.md)."""
+ASSETS = Path(models.__file__).parent / "assets"
+"""The shipped warm starts, one folder each (``warmstart_asset.py`` builds them, docs/embedded.md)."""
+ASSET = ASSETS / "tiny_warm"
+"""The default's."""
 MANIFEST = "manifest.json"
 REBUILD = "python -m scalerl.train.warmstart_asset build"
 
@@ -99,13 +101,19 @@ def verify(asset: Path = ASSET) -> dict:
     return manifest
 
 
-def shipped_warm_start(key: dict, asset: Path = ASSET) -> Path | None:
-    """The shipped checkpoint when it was built from ``key``'s settings (its hashes checked); None otherwise."""
-    manifest = read_manifest(asset)
-    if manifest is None or manifest.get("key_hash") != key_hash(key):
-        return None
-    verify(asset)
-    return Path(asset)
+def shipped_folders(root: Path = ASSETS) -> list[Path]:
+    """The shipped warm starts' folders (those with a manifest)."""
+    return sorted(p for p in Path(root).iterdir() if (p / MANIFEST).exists()) if Path(root).is_dir() else []
+
+
+def shipped_warm_start(key: dict, folders: list[Path] | None = None) -> Path | None:
+    """The shipped checkpoint built from ``key``'s settings (its hashes checked); None if none was."""
+    want = key_hash(key)
+    for asset in shipped_folders() if folders is None else folders:
+        if (read_manifest(asset) or {}).get("key_hash") == want:
+            verify(asset)
+            return Path(asset)
+    return None
 
 
 def warm_start_checkpoint(cfg, base: Path, task, tok, cache: Path, *, log=print, shipped: bool = True) -> Path:

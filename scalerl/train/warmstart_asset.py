@@ -9,11 +9,15 @@ built it (``warmstart.warm_start_key``: model shape, warm-start settings, task, 
 tokenizer, code version) and each file's sha256. A run whose key equals the shipped one loads it,
 after checking the hashes; any other key builds and caches its own warm start, as before.
 
-Rebuild it after changing the demonstrations, the warm-start settings or their code (the unit
-test ``tests/test_warmstart_asset.py`` says when), then commit the folder::
+Besides the default's (``tiny_warm``), the tests' answers-only shape ships too (``tiny_warm_answers``,
+tests/helpers.py's ANSWERS_ONLY): the suite trains no SFT either. Each manifest records the overrides
+that made it. Rebuild one after changing the demonstrations, the warm-start settings or their code
+(``tests/test_warmstart_asset.py`` fails with the exact command), then commit the folder::
 
-    python -m scalerl.train.warmstart_asset build      # ~5 min of one core
-    python -m scalerl.train.warmstart_asset check      # key and hashes, no training
+    python -m scalerl.train.warmstart_asset build      # the default's; ~5 min of one core
+    python -m scalerl.train.warmstart_asset build --name tiny_warm_answers task.think=0 \
+        length.max_new_tokens=8 model.warmstart.final_steps=0 ...   # the command the test prints
+    python -m scalerl.train.warmstart_asset check      # every shipped one: key and hashes, no training
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ import torch
 
 from scalerl.config import compose, validate
 from scalerl.train.setup import base_and_task
-from scalerl.train.warmstart import (ASSET, MANIFEST, REBUILD, ShippedWarmStartError, checkpoint_files, key_hash,
-                                     verify, warm_start_checkpoint, warm_start_key)
+from scalerl.train.warmstart import (ASSET, ASSETS, MANIFEST, REBUILD, ShippedWarmStartError, checkpoint_files,
+                                     key_hash, shipped_folders, verify, warm_start_checkpoint, warm_start_key)
 
 
 def key_difference(shipped: dict, now: dict) -> str:
@@ -47,9 +51,15 @@ def default_key(cfg) -> dict:
     return warm_start_key(cfg, base, task, tok)
 
 
-def build(cfg, asset: Path = ASSET, *, log=print) -> dict:
-    """Build (or take from ``cfg.cache_dir``'s cache) the warm start of ``cfg`` and write it, with its
-    manifest, to ``asset``, replacing what was there. Returns the manifest."""
+def rebuild_command(asset: Path, overrides: list[str]) -> str:
+    name = "" if Path(asset).name == ASSET.name else f" --name {Path(asset).name}"
+    return f"{REBUILD}{name}" + "".join(f" {o}" for o in overrides)
+
+
+def build(overrides: list[str], asset: Path = ASSET, *, log=print) -> dict:
+    """Build (or take from ``cache_dir``'s cache) the warm start of the config ``overrides`` make and
+    write it, with its manifest, to ``asset``, replacing what was there. Returns the manifest."""
+    cfg = validate(compose(["logger=none", *overrides]))
     base, tok, task = base_and_task(cfg, log=log)
     built = warm_start_checkpoint(cfg, base, task, tok, Path(cfg.cache_dir).expanduser(), log=log, shipped=False)
     key = warm_start_key(cfg, base, task, tok)
@@ -60,7 +70,7 @@ def build(cfg, asset: Path = ASSET, *, log=print) -> dict:
     tmp.mkdir(parents=True)
     for name in checkpoint_files(built):
         shutil.copyfile(built / name, tmp / name)
-    manifest = {"key": key, "key_hash": key_hash(key), "sha256": checkpoint_files(tmp),
+    manifest = {"key": key, "key_hash": key_hash(key), "sha256": checkpoint_files(tmp), "overrides": list(overrides),
                 "built": {**record, "torch": torch.__version__, "cpu": f"{platform.machine()} "
                           f"{torch.backends.cpu.get_cpu_capability()}", "date": time.strftime("%Y-%m-%d")}}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -70,32 +80,36 @@ def build(cfg, asset: Path = ASSET, *, log=print) -> dict:
     return manifest
 
 
-def check(cfg, asset: Path = ASSET) -> str | None:
-    """None when ``asset`` is intact and was built from ``cfg``'s settings; else what is wrong, with the fix."""
+def check(asset: Path = ASSET, *, cache_dir: str | None = None) -> str | None:
+    """None when ``asset`` is intact and was built from the settings its recorded overrides give
+    today; else what is wrong, with the command that fixes it."""
     try:
         manifest = verify(asset)
     except ShippedWarmStartError as e:
         return str(e)
+    overrides = manifest.get("overrides", [])
+    cfg = validate(compose(["logger=none", *overrides, *([f"cache_dir={cache_dir}"] if cache_dir else [])]))
     now = default_key(cfg)
     if manifest["key_hash"] == key_hash(now):
         return None
-    return (f"the shipped warm start ({asset}) was built from other settings than the default's today:\n"
-            f"{key_difference(manifest['key'], now)}\nRebuild it with `{REBUILD}` and commit {asset.name}/")
+    return (f"the shipped warm start {asset} was built from other settings than `{' '.join(overrides) or 'the default'}`"
+            f" gives today:\n{key_difference(manifest['key'], now)}\n"
+            f"Rebuild it with `{rebuild_command(asset, overrides)}` and commit {asset.name}/")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scalerl.train.warmstart_asset", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["build", "check"])
-    parser.add_argument("overrides", nargs="*", help="config overrides (default: none; the shipped one is the default's)")
-    args = parser.parse_args(argv)
-    cfg = validate(compose(["logger=none", *args.overrides]))
+    parser.add_argument("command", choices=["build", "check"], help="build one; check every shipped one")
+    parser.add_argument("--name", default=ASSET.name, help=f"the folder under {ASSETS} (default: {ASSET.name}, the default's)")
+    parser.add_argument("overrides", nargs="*", help="config overrides that make the config to build (default: none)")
+    args = parser.parse_intermixed_args(argv)
     if args.command == "build":
-        build(cfg)
+        build(args.overrides, ASSETS / args.name)
         return 0
-    problem = check(cfg)
-    print(problem or f"ok: {ASSET} matches the default's warm-start key and its hashes")
-    return 1 if problem else 0
+    problems = [p for p in map(check, shipped_folders()) if p]
+    print("\n".join(problems) or f"ok: {len(shipped_folders())} shipped warm starts match their keys and hashes")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
