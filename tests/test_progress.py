@@ -2,7 +2,6 @@
 the table printed without a terminal never repeats a line unchanged for minutes."""
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
 
 from scalerl.launch import local_pool
@@ -32,20 +31,24 @@ def test_the_plain_table_prints_a_line_when_it_changes_or_every_two_minutes(tmp_
     (arm / "progress.json").write_text(json.dumps({"status": "starting", "phase": "loading", "phase_since": 0.0}))
     now = {"t": 0.0}
     monkeypatch.setattr(local_pool.time, "time", lambda: now["t"])
-    future: cf.Future = cf.Future()
     ticks = iter(range(1, 400))
 
-    def wait(pending, timeout):  # one call = one second; the arm's phase changes at 200 s, it ends at 300 s
-        now["t"] = float(next(ticks))
-        if now["t"] == 200:
-            (arm / "progress.json").write_text(json.dumps({"status": "running", "step": 1, "total": 5}))
-        if now["t"] >= 300:
-            return {future}, set()
-        return set(), pending
+    class Arms:  # local_pool.ArmProcesses as _watch drives it: one poll = one second; the arm's phase
+        queue: list = []  # changes at 200 s and it ends at 300 s
+        live = {0: None}
 
-    monkeypatch.setattr(local_pool.cf, "wait", wait)
+        def start_more(self):
+            pass
+
+        def poll(self, timeout):
+            now["t"] = float(next(ticks))
+            if now["t"] == 200:
+                (arm / "progress.json").write_text(json.dumps({"status": "running", "step": 1, "total": 5}))
+            if now["t"] >= 300:
+                self.live = {}
+
     monkeypatch.setattr(local_pool.sys.stdout, "isatty", lambda: False, raising=False)
-    local_pool._watch({future: 0}, [arm])
+    local_pool._watch(Arms(), [arm])
     lines = capsys.readouterr().out.splitlines()
     # t=1 first, t=122 (2 min, the phase's age shown), t=200 changed, t=300 the end.
     assert lines == ["[scalerl] arm: loading (1s) step 0/? pass_rate -",

@@ -60,7 +60,7 @@ def record_curve(out: Path, *extra: str) -> list[dict]:
 # warm-up a wrong normalizer or aggregation moved the eval rows by one or two samples too. The first
 # update's loss and grad norm catch those: the rounding runs moved them by at most 1.5e-6 (relative),
 # aggregation=token by 7.2e-3 (loss) and 4.7e-4 (grad norm), adv_norm=prompt by 1.4e-2 and 7.2e-2;
-# FIRST_TOL sits about 70 times above the first and 5-100 times below the others.
+# FIRST_TOL sits about 70 times above the first and 5-700 times below the others.
 PASS_TOL = 0.01
 REWARD_TOL = 0.01
 FIRST_TOL = 1e-4

@@ -49,6 +49,8 @@ from scalerl.launch.rundir import sweep_run_dir
 from scalerl.registry import async_node
 
 PARENT_POLL_S = 1.0
+STOP_WAIT_S = 120.0  # after Ctrl-C, how long the arms get to checkpoint before they are terminated
+EXIT_WAIT_S = 60.0   # how long an arm's process may linger after it sent its result
 
 
 def _die_with_parent(parent: int) -> None:
@@ -81,7 +83,7 @@ def _arm_process(blob: bytes, conn, parent: int) -> None:
 
 def _child(blob: bytes) -> bytes:
     """Runs in the arm's spawned process: one Hydra job, output to train.log."""
-    hydra_context, task_function, sweep_config, singleton_state, threads, parent = cloudpickle.loads(blob)
+    hydra_context, task_function, sweep_config, singleton_state, threads = cloudpickle.loads(blob)
     register()  # the ${scalerl_run_name:} resolver, before anything resolves
     os.environ["SCALERL_NUM_THREADS"] = str(threads)
     os.environ["SCALERL_NO_BAR"] = "1"
@@ -142,7 +144,7 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
           f"thread(s) each; logs in <run dir>/train.log", flush=True)
     failpoint("sweep.launched")  # crash tests: launch records written, no arm started
     state = Singleton.get_state()
-    blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k], os.getpid()))
+    blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k]))
              for k, (_, cfg) in enumerate(jobs)]
     arms = ArmProcesses(mp.get_context("spawn"), blobs, workers)
     interrupted = False
@@ -152,8 +154,7 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
         print("\n[scalerl] interrupted: arms are checkpointing; relaunch the same command to resume", flush=True)
         interrupted = True
         arms.queue.clear()
-        while arms.live:
-            arms.poll(1.0)
+        arms.drain(deadline_s=STOP_WAIT_S)
     if interrupted:  # a stopped sweep is not a finished one: no leaderboard of half-trained arms, exit 130
         raise SystemExit(128 + signal.SIGINT)
     results: list[JobReturn] = []
@@ -183,6 +184,18 @@ class ArmProcesses:
         self.queue = list(range(len(blobs)))
         self.live: dict[int, tuple] = {}   # arm index -> (process, reader or None once it hit EOF)
         self.replies: dict[int, tuple[bool, object]] = {}
+        self.replied_at: dict[int, float] = {}  # arm index -> when its reply came (its process should end)
+
+    def drain(self, deadline_s: float) -> None:
+        """Wait for the live arms to end (after Ctrl-C they checkpoint and exit); past ``deadline_s``
+        terminate the rest, so one hung arm cannot hang the sweep."""
+        end = time.time() + deadline_s
+        while self.live and time.time() < end:
+            self.poll(1.0)
+        for proc, _ in self.live.values():
+            proc.terminate()
+        for proc, _ in self.live.values():
+            proc.join(10)
 
     def start_more(self) -> None:
         while self.queue and len(self.live) < self.workers:
@@ -208,6 +221,8 @@ class ArmProcesses:
                 reader.close()
                 reader = None
                 self.live[k] = (proc, None)
+            if reader is None and proc.is_alive() and time.time() - self.replied_at.setdefault(k, time.time()) > EXIT_WAIT_S:
+                proc.terminate()  # replied but lingers (a stray thread or child): its slot is the next arm's
             if not proc.is_alive():
                 if reader is not None and reader.poll():   # replied just before it ended
                     try:

@@ -8,6 +8,9 @@ compute (FLOPs) = 6·N·T_train + 2·N·T_gen   (Kaplan et al. 2020 estimate)
   completion token: 2·N forward + 4·N backward per token.
 - T_gen: each prompt's prefill once per group plus every generated token,
   including groups later dropped by the data filter: 2·N per token.
+- A mismatch correction other than ``none`` (docs/mismatch.md) adds its
+  no-grad forward at the behaviour weights: 2·N·T_train more a step, so a
+  corrected arm pays for it on the axis it is ranked on.
 A row's last token is predicted but never fed (on either side nothing reads
 its hidden state); it is counted all the same, the usual one-per-token
 estimate, so the axis does not depend on that implementation detail.

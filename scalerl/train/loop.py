@@ -174,6 +174,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             stopping = n_stop > 0  # all ranks stop at the same step if any of them was signalled
             wall = time.perf_counter() - t0
             step_flops = gen_flops(r.n_params, gen_tok) + train_flops(r.n_params, train_tok)
+            if recipe.needs_old_logp:  # a correction's no-grad forward at the behaviour weights: 2N a token
+                step_flops += gen_flops(r.n_params, train_tok)
             state.update(step=step, compute=state["compute"] + step_flops, tokens=state["tokens"] + int(new_tok),
                          wall_s=state["wall_s"] + wall, device_hours=state["device_hours"] + wall * devices / 3600)
             stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,

@@ -28,6 +28,7 @@ from typing import Optional
 
 import torch
 
+from scalerl.correction.mismatch import mismatch_stats
 from scalerl.losses.base import masked_mean
 from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens, mismatch_metrics
 from scalerl.train.sharding import clip_grad_norm
@@ -114,8 +115,8 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
                 fresh[rows] = fresh_tokens(ro, rows, version)
         out.update(beh.metrics, **mismatch_metrics(beh.old_logp, ro.gen.logprobs, fresh))
     elif probe:
-        out.update(mismatch_metrics(torch.cat([p[0][p[2]] for p in probe]), torch.cat([p[1][p[2]] for p in probe]),
-                                    torch.ones(sum(int(p[2].sum()) for p in probe), dtype=torch.bool)))
+        out.update(mismatch_stats(torch.cat([p[0][p[2]] for p in probe]).detach(),
+                                  torch.cat([p[1][p[2]] for p in probe]).detach()))
     out.update(nonfinite=nonfinite, train_tokens=train_tokens, idle_minibatches=idle)
     return out
 
