@@ -10,8 +10,7 @@ import json
 
 import pytest
 import torch
-from helpers import ANSWERS_ONLY, read_rows
-from helpers import torchrun
+from helpers import ANSWERS_ONLY, read_rows, torchrun
 
 from scalerl.config import ConfigError, check_ranks, compose, validate
 from scalerl.config.derive import derive

@@ -40,8 +40,8 @@ def test_engine_rounds_the_generators_weights_to_bf16_and_computes_in_the_traine
     assert engine.gen_body_dtype is None and engine.gen_round_dtype == torch.bfloat16
     assert PRECISIONS["bf16"].fn(torch.float32, cfg=Bf16Config(generator_body="engine")).gen_round_dtype == torch.bfloat16
     assert Fp32HeadConfig().generator_body == "auto"  # the schema's; conf/precision/*.yaml choose engine
-    # 1 + 2^-9 lies halfway between two bf16 numbers (8 mantissa bits: steps of 2^-7 near 1) and rounds
-    # to even, 1.0; 1 + 3 * 2^-9 rounds up to 1 + 2^-7; 0.5 is exact. The copy stays fp32.
+    # bf16 keeps 8 mantissa bits: steps of 2^-7 near 1. 1 + 2^-9 is a quarter step and rounds down to
+    # 1.0; 1 + 3 * 2^-9, three quarters, rounds up to 1 + 2^-7; 0.5 is exact. The copy stays fp32.
     own = torch.nn.Linear(3, 1, bias=False)
     gen = TorchGenerator(type("P", (), {"model": own})(), torch.device("cpu"), round_to=torch.bfloat16)
     gen.load_weights([("weight", torch.tensor([[1 + 2**-9, 1 + 3 * 2**-9, 0.5]]))], version=3)

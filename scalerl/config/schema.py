@@ -66,8 +66,9 @@ class TrainConfig:
     """The log schedule's evals after step 0: evenly spaced in log steps from ``eval_first`` to
     train.steps, the last step always included (steps that round to the same one merge)."""
     eval_first: int = 10
-    """The log schedule's first eval after step 0: the fit drops the first tenth of a run's compute
-    (analysis/fit.py, ``min_compute``), so points spent on steps 1-9 would only draw the plot."""
+    """The log schedule's first eval after step 0. The fit drops a run's start (analysis/fit.py,
+    ``resolve_min_compute``: its first epoch, at most a quarter of its compute), so early points
+    mostly draw the plot; steps 1-9 get none."""
     eval_samples: int = 2
     """Samples per held-out prompt; the pass rate is their mean (paper: 16)."""
     ckpt_every: int = 25
