@@ -2,8 +2,9 @@
 
 A correction other than ``none`` (``scalerl/correction``) weighs each token by
 w_t = π_old(y_t) / π_gen(y_t). π_old is the trainer's own log-prob under the weights before
-this step's update: one extra forward without gradient over the rank's kept rows, minibatch by
-minibatch (each no larger than the update's own forwards), before the first optimizer step.
+this step's update: one extra forward without gradient over the rank's kept rows, one forward a
+minibatch, before the first optimizer step. It keeps no activations, but it is not cut into
+``train.micro_batch_tokens`` micro-batches as the update is (docs/limitations.md).
 Every rank runs as many forwards as every other (a masked dummy row where it has none), so
 FSDP2's collectives stay in step. Its time is the step row's ``correction_forward_s``.
 
