@@ -172,7 +172,11 @@ def _tie_notes(board):
                                  " they are listed by B at a common A, which is not a ranking."))
     for _, row in units.iterrows():
         if row.get("status", "ok") not in ("ok", ""):
-            notes.append((row["status"], f"{row['run']}: {explain(row['status'])}"))
+            why = explain(row["status"])
+            error = row.get("error")
+            if row["status"] == "run_failed" and isinstance(error, str) and error.strip():
+                why += f" Its error: {error.strip()[:300]}"  # the arm's own reason, as the terminal printed it
+            notes.append((row["status"], f"{row['run']}: {why}"))
     return notes
 
 

@@ -53,6 +53,7 @@ def test_hostile_sweep_shows_each_status_with_its_explanation_and_no_nan(hostile
     for run, status in statuses.items():
         if status != "ok":      # the sentence, attached to the arm, in the verdict's notes
             assert f"<b>{status}</b>: {html.escape(run)}: {html.escape(EXPLAIN[status])}" in page
+    assert "Its error: CUDA out of memory" in page  # a failed arm's own reason, not only its status
     text = visible(page)
     assert not re.search(r"\bnan\b", text, re.I), re.search(r".{40}\bnan\b.{40}", text, re.I | re.S).group(0)
     assert not re.search(r"\binf\b", text, re.I)
