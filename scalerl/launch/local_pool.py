@@ -77,7 +77,10 @@ def _arm_process(blob: bytes, conn, parent: int) -> None:
     except BaseException as e:  # noqa: BLE001 - any failure is the arm's alone, reported to the parent
         traceback.print_exc()
         reply = (False, f"{type(e).__name__}: {e}")
-    conn.send(reply)
+    try:
+        conn.send(reply)
+    except OSError:  # the sweep process is gone (killed or stopped): no one is left to tell
+        pass
     conn.close()
 
 
