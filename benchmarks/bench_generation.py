@@ -31,9 +31,9 @@ import torch
 
 from scalerl.config import compose, validate
 from scalerl.generation import SamplingParams
-from scalerl.generation.base import EngineContext
-from scalerl.generation.torch_engine import TorchGenerator, left_pad
-from scalerl.generation.vllm_option import VLLMGenerationConfig, build_vllm_generator
+from scalerl.generation.engines.base import EngineContext
+from scalerl.generation.engines.torch_engine import TorchGenerator, left_pad
+from scalerl.generation.engines.vllm_option import VLLMGenerationConfig, build_vllm_generator
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy
 from scalerl.models.tiny import TinyModelConfig, prepare_tiny

@@ -23,7 +23,7 @@ import torch
 
 from scalerl.correction.mismatch import mismatch_stats
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_engine import TorchGenerator, left_pad
+from scalerl.generation.engines.torch_engine import TorchGenerator, left_pad
 from scalerl.models.load import load_model
 from scalerl.models.policy import CompletionLogits, Policy
 from scalerl.precision import PRECISIONS

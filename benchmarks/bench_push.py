@@ -1,7 +1,7 @@
 """The streamed weight push (issue 25, item 2) on a random model of Qwen2-0.5B's shape (vocabulary
 151,936, 24 layers, 494M parameters; bench_memory.py writes the bf16 checkpoint once to --ckpt,
 nothing is downloaded): an fp32 trainer on 1 or 2 gloo ranks (FSDP2 on CPU for 2) pushes to 1 or 2
-bf16 generator processes (the real ``scalerl.generation.worker``, torch engine).
+bf16 generator processes (the real ``scalerl.generation.fleet.worker``, torch engine).
 
     python benchmarks/bench_push.py --ranks 1 2 --generators 1 2
 
@@ -56,8 +56,8 @@ def gloo_options():  # as transport.py's groups: loopback, a deadline
     return opts
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-from scalerl.generation.pool import GeneratorPool
-from scalerl.generation.worker import WorkerSpec
+from scalerl.generation.fleet.pool import GeneratorPool
+from scalerl.generation.fleet.worker import WorkerSpec
 from scalerl.models.load import CheckpointUnits, build_empty, load_checkpoint
 from scalerl.models.policy import CompletionLogits
 from scalerl.precision import PRECISIONS
@@ -73,7 +73,7 @@ else:
     shard_trainer(CompletionLogits(model, linear_head(torch.float32)), init_device_mesh("cpu", (world,)),
                   compute_dtype=torch.float32, head_dtype=torch.float32, materialize=units.materialize)
 B, G = a["bucket"], a["generators"]
-# What a push may add on this rank (train/sharding.py, generation/buckets.py): sharded, two gather
+# What a push may add on this rank (train/sharding.py, generation/transfer/buckets.py): sharded, two gather
 # buffers of a bucket and the shard being sent (at most a bucket), plus a tensor too large for
 # them (the tied embedding) with its shard; unsharded, nothing (the pool casts into its buckets).
 gather = 0

@@ -20,7 +20,7 @@ import time
 import torch
 
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_engine import TorchGenerator, left_pad
+from scalerl.generation.engines.torch_engine import TorchGenerator, left_pad
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, token_logprobs
 from scalerl.models.tiny import build_tiny_checkpoint

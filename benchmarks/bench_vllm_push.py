@@ -9,8 +9,8 @@ process's peak RSS.
 """
 import sys, time, torch
 from pathlib import Path
-from scalerl.generation.base import EngineContext
-from scalerl.generation.vllm_option import VLLMGenerationConfig, build_vllm_generator
+from scalerl.generation.engines.base import EngineContext
+from scalerl.generation.engines.vllm_option import VLLMGenerationConfig, build_vllm_generator
 from safetensors.torch import load_file
 
 def main():

@@ -10,7 +10,7 @@
 #      the trainer's, or on the same one with a single GPU, hence gpu_memory_utilization=0.4);
 #   3. benchmarks/bench_generation.py on the GPU: torch engine vs vLLM vs HF generate(), on the
 #      embedded model and on a random Llama of width 1024 x 16 layers (decoding cost of a real body);
-#   4. vLLM's own nccl data plane (generation.weight_transfer=nccl, scalerl/generation/vllm_nccl.py), on a
+#   4. vLLM's own nccl data plane (generation.weight_transfer=nccl, scalerl/generation/transfer/vllm_nccl.py), on a
 #      machine with 2+ GPUs (NCCL pairs distinct devices; with one GPU it is recorded as skipped): the
 #      CPU-side tests of its wire format and handshakes, a push from the trainer on cuda:0 into a vLLM
 #      generator process on cuda:1 checked on log-probs (tests/test_vllm_pipeline.py -k nccl), and 6 steps

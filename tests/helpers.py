@@ -222,8 +222,8 @@ def make_pool(cfg, n):
     """Generator processes for ``cfg``'s checkpoint and precision, plus the trainer's own model and policy."""
     import torch
 
-    from scalerl.generation.pool import GeneratorPool
-    from scalerl.generation.worker import WorkerSpec
+    from scalerl.generation.fleet.pool import GeneratorPool
+    from scalerl.generation.fleet.worker import WorkerSpec
     from scalerl.models.load import load_checkpoint
     from scalerl.models.policy import Policy
     from scalerl.precision.base import linear_head

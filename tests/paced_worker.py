@@ -1,6 +1,6 @@
 """A generator process with a pinned schedule, for the PipelineRL tests only.
 
-``tests/paced.py`` starts it in place of ``python -m scalerl.generation.worker``
+``tests/paced.py`` starts it in place of ``python -m scalerl.generation.fleet``
 (``GeneratorPool.worker``) and passes the schedule in ``SCALERL_TEST_PACE``
 (``MODE:SWAP_AT``). Nothing in the production path reads either: a user's config
 cannot reach them.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from scalerl.generation.worker import GeneratorServer, main
+from scalerl.generation.fleet.worker import GeneratorServer, main
 
 MODE, _, SWAP_AT = os.environ.get("SCALERL_TEST_PACE", "free:-1").partition(":")
 SWAP_AT = int(SWAP_AT or -1)

@@ -1,6 +1,6 @@
 """A generator process that sends its weights back after every push, for tests/test_push_stream.py only.
 
-The test starts it in place of ``python -m scalerl.generation.worker`` (``GeneratorPool.worker``);
+The test starts it in place of ``python -m scalerl.generation.fleet`` (``GeneratorPool.worker``);
 after each push it sends the generator model's whole state dict (its own dtype) to the trainer
 under ``echo/{rank}/{version}`` (not ``weights/``: the gloo group's rendezvous prefix), so the
 test compares tensors, not logits.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from scalerl.generation.worker import GeneratorServer, main
+from scalerl.generation.fleet.worker import GeneratorServer, main
 
 ECHO_TAG = 1 << 29
 """Gloo tag of an echo: ECHO_TAG + version (below the probe tags, above any job number here)."""

@@ -24,9 +24,9 @@ from scalerl.asynchrony.base import Interleaving, version_stats, within_lag
 from scalerl.config import compose, validate
 from scalerl.core.jsonio import JsonlFile
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_engine import TorchGenerator
-from scalerl.generation.transport import TransportError
-from scalerl.generation.buckets import in_order, layout, pack, unpack, weight_schema
+from scalerl.generation.engines.torch_engine import TorchGenerator
+from scalerl.generation.fleet.transport import TransportError
+from scalerl.generation.transfer.buckets import in_order, layout, pack, unpack, weight_schema
 from scalerl.launch.local_pool import arm_threads
 from scalerl.launch.studies import load_study
 from scalerl.models.load import load_checkpoint
@@ -47,7 +47,7 @@ def small_buckets(monkeypatch, bucket_bytes=16 << 10):
     """Pushes in 16 KiB buckets: the tiny model's matrices (all under the default 64 MiB bucket's 4 MiB
     share) then travel in buckets of their own and are received straight into the generator's weights
     (buckets.unpack's ``into``); the default sends them all in one shared bucket, copied out."""
-    import scalerl.generation.pool as pool_module
+    import scalerl.generation.fleet.pool as pool_module
 
     real = pool_module.layout
     monkeypatch.setattr(pool_module, "layout", lambda schema, _: real(schema, bucket_bytes))
@@ -129,7 +129,7 @@ def test_weight_buckets_round_trip_across_dtypes_and_splits():
 def test_a_broken_connection_names_the_generator_whose_exit_shows_a_moment_later():
     # A SIGKILLed generator's sockets close before its exit can be collected: the trainer's
     # receive fails first. The error must still name the death, not a bare connection error.
-    from scalerl.generation.transport import Hub, encode
+    from scalerl.generation.fleet.transport import Hub, encode
 
     class ClosedGroup:
         def recv(self, *a):

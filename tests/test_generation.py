@@ -10,7 +10,7 @@ import torch
 
 from scalerl.core.errors import ConfigError
 from scalerl.generation import GENERATORS, vllm_option
-from scalerl.generation.torch_engine import TorchGenerator
+from scalerl.generation.engines.torch_engine import TorchGenerator
 
 
 def test_head_size_vllm_cpu_rejects_is_a_config_error(tmp_path):

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO, _ip, read_rows, veth_namespaces
 
-from scalerl.generation.transport import BEAT_S, Hub, Spoke, TransportError
+from scalerl.generation.fleet.transport import BEAT_S, Hub, Spoke, TransportError
 
-LINE = re.compile(r"SCALERL_TRANSPORT_SECRET=\$\(cat (\S+)\) python -m scalerl.generation.worker (\S+) J")
+LINE = re.compile(r"SCALERL_TRANSPORT_SECRET=\$\(cat (\S+)\) python -m scalerl.generation.fleet (\S+) J")
 
 
 def _env(**extra: str) -> dict:
@@ -86,7 +86,7 @@ def test_a_spoke_that_stops_beating_is_declared_dead_and_one_that_beats_is_not()
 
 
 def test_the_store_listens_on_master_addr(monkeypatch):
-    from scalerl.generation.trust import run_host
+    from scalerl.generation.transfer.trust import run_host
 
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     assert run_host() == "127.0.0.1" and run_host("127.0.0.2") == "127.0.0.2"
@@ -156,8 +156,8 @@ def _server(monkeypatch, spoke):
 
 
 def test_a_generator_serves_ready_orders_back_to_back_by_step_then_job(monkeypatch):
-    from scalerl.generation.interface import SamplingParams
-    from scalerl.generation.worker import Shard
+    from scalerl.generation.engines.interface import SamplingParams
+    from scalerl.generation.fleet.worker import Shard
 
     params = SamplingParams(max_new_tokens=2, eos_token_id=2, pad_token_id=0)
 
@@ -177,8 +177,8 @@ def test_a_generator_serves_ready_orders_back_to_back_by_step_then_job(monkeypat
 
 
 def test_a_generator_that_lost_its_trainer_stops_at_its_next_decode_step(monkeypatch):
-    from scalerl.generation.interface import SamplingParams
-    from scalerl.generation.worker import Shard
+    from scalerl.generation.engines.interface import SamplingParams
+    from scalerl.generation.fleet.worker import Shard
 
     shard = Shard([[5]], SamplingParams(max_new_tokens=2, eos_token_id=2, pad_token_id=0))
     spoke = _Spoke([["order", {"job": 1, "step": 1, "min_version": 0, "shards": [shard]}]], n_orders=9)
@@ -204,11 +204,11 @@ def two_namespaces():
 TRAINER = r"""
 import json, socket, sys, time, torch
 from functools import partial
-from scalerl.generation.interface import SamplingParams
-from scalerl.generation.pool import GeneratorPool
-from scalerl.generation.torch_engine import TorchGenerator
-from scalerl.generation.transport import TransportError
-from scalerl.generation.worker import Shard, WorkerSpec
+from scalerl.generation.engines.interface import SamplingParams
+from scalerl.generation.fleet.pool import GeneratorPool
+from scalerl.generation.engines.torch_engine import TorchGenerator
+from scalerl.generation.fleet.transport import TransportError
+from scalerl.generation.fleet.worker import Shard, WorkerSpec
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy
 from scalerl.precision import PRECISIONS
@@ -270,7 +270,7 @@ def test_a_generator_in_another_namespace_joins_by_address_and_its_lost_link_fai
         assert address.startswith(f"{host}:")  # the run's address, told to the operator; the secret is not
         assert not any(_secret_of(secret_file) in line for line in lines)
         # The operator's command, in the other namespace: the address and the index alone.
-        gen = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "scalerl.generation.worker", address, "0"],
+        gen = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "scalerl.generation.fleet", address, "0"],
                                cwd=REPO, env=_env(SCALERL_TRANSPORT_SECRET=_secret_of(secret_file)),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         first = None
@@ -323,7 +323,7 @@ def test_a_run_with_an_external_generator_waits_for_it_and_finishes(tmp_path):
         # beside it on 2 cores).
         secret_file, address = _join_line(sweep.stdout, lines, timeout=900)
         assert address.startswith("127.0.0.1:")  # no MASTER_ADDR: a plain local run stays on loopback
-        gen = subprocess.Popen([sys.executable, "-m", "scalerl.generation.worker", address, "0"], cwd=REPO,
+        gen = subprocess.Popen([sys.executable, "-m", "scalerl.generation.fleet", address, "0"], cwd=REPO,
                                env=_env(SCALERL_TRANSPORT_SECRET=_secret_of(secret_file)),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out, _ = sweep.communicate(timeout=300)

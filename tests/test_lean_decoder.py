@@ -7,7 +7,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from scalerl.config import compose, validate
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_engine import TorchGenerator, left_pad
+from scalerl.generation.engines.torch_engine import TorchGenerator, left_pad
 from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
 from scalerl.models.policy import Policy, positions_from_mask, run_body, _cache_kw
 from scalerl.precision.base import linear_head

@@ -3,7 +3,7 @@ import torch
 from transformers import DynamicCache
 
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_engine import TorchGenerator
+from scalerl.generation.engines.torch_engine import TorchGenerator
 from scalerl.length import LENGTHS
 from scalerl.length.interrupt import InterruptConfig, interrupt_plan
 from scalerl.length.penalty import PenaltyConfig, overlong_penalty

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scalerl.generation import SamplingParams
-from scalerl.generation.torch_engine import TorchGenerator
+from scalerl.generation.engines.torch_engine import TorchGenerator
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, token_entropy, token_logprobs
 from scalerl.models.tiny import build_tiny_checkpoint
@@ -59,7 +59,7 @@ def test_sampler_logprobs_equal_trainer_logprobs(tmp_path):
     prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
     g = TorchGenerator(pol, torch.device("cpu")).generate(
         prompts, SamplingParams(max_new_tokens=6, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
-    from scalerl.generation.torch_engine import left_pad
+    from scalerl.generation.engines.torch_engine import left_pad
 
     ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
     with torch.no_grad():
@@ -78,7 +78,7 @@ def test_shared_prefix_equals_full_forward_values_and_gradients(tmp_path):
     """Groups share one prompt forward (keys/values repeated); must equal a plain forward."""
     model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float64, device=torch.device("cpu"))
     pol = Policy(model, gen_head=linear_head(torch.float64), train_head=linear_head(torch.float64))
-    from scalerl.generation.torch_engine import left_pad
+    from scalerl.generation.engines.torch_engine import left_pad
 
     prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in ("1+2=", "123+456=")]
     g = TorchGenerator(pol, torch.device("cpu")).generate(
@@ -118,7 +118,7 @@ def test_trainer_logits_for_the_narrowest_completions(tmp_path, width):
     """The trainer feeds a completion's tokens but its last (nothing reads that position), and
     still runs the pass for a 1-token completion (FSDP2 ranks must run the same layer forwards).
     Both widths against a plain forward of prompt+completion."""
-    from scalerl.generation.torch_engine import left_pad
+    from scalerl.generation.engines.torch_engine import left_pad
     from scalerl.models.policy import positions_from_mask
 
     model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float64, device=torch.device("cpu"))
@@ -136,7 +136,7 @@ def test_trainer_logits_for_the_narrowest_completions(tmp_path, width):
 
 
 def test_inverse_cdf_sampling_matches_the_categorical_distribution():
-    from scalerl.generation.noise import row_keys, sample_inverse_cdf, uniforms
+    from scalerl.generation.engines.noise import row_keys, sample_inverse_cdf, uniforms
 
     p = torch.tensor([0.5, 0.3, 0.15, 0.05])
     u = uniforms(row_keys(torch.arange(200_000), 1), 1)[:, 0]
@@ -150,7 +150,7 @@ def test_inverse_cdf_sampling_matches_the_categorical_distribution():
 
 
 def test_mix64_is_splitmix64_with_wrapping_int64():
-    from scalerl.generation.noise import mix64
+    from scalerl.generation.engines.noise import mix64
 
     def ref(x: int) -> int:  # SplitMix64's finaliser on unsigned 64-bit integers
         m = (1 << 64) - 1
@@ -189,7 +189,7 @@ def test_sampling_uses_the_requested_temperature(tmp_path):
     model, tok = load_checkpoint(_tiny(tmp_path), dtype=torch.float32, device=torch.device("cpu"))
     pol = Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32))
     prompts = [[tok.bos_token_id] + tok("12+34=", add_special_tokens=False)["input_ids"]]
-    from scalerl.generation.torch_engine import left_pad
+    from scalerl.generation.engines.torch_engine import left_pad
 
     ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
     for temp in (0.5, 2.0):

@@ -68,7 +68,7 @@ def test_a_generator_dies_with_a_trainer_killed_while_it_starts(tmp_path):
     # the trainer's side of GeneratorPool.start: spawn the generator, then wait for it to connect
     trainer = textwrap.dedent(f"""
         import sys, time
-        from scalerl.generation.pool import spawn_child
+        from scalerl.generation.fleet.pool import spawn_child
         spawn_child([sys.executable, "-c", "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()));"
                      " time.sleep(600)"], env={{}})
         time.sleep(600)

@@ -34,7 +34,7 @@ def test_option_heads():
 
 
 def test_engine_rounds_the_generators_weights_to_bf16_and_computes_in_the_trainers_dtype():
-    from scalerl.generation.torch_engine import TorchGenerator
+    from scalerl.generation.engines.torch_engine import TorchGenerator
 
     engine = PRECISIONS["fp32_head"].fn(torch.float32, cfg=Fp32HeadConfig(generator_body="engine"))
     assert engine.gen_body_dtype is None and engine.gen_round_dtype == torch.bfloat16

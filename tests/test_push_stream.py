@@ -1,4 +1,4 @@
-"""The streamed weight push (generation/buckets.py, GeneratorPool.push, train.weights.trainer_tensors):
+"""The streamed weight push (generation/transfer/buckets.py, GeneratorPool.push, train.weights.trainer_tensors):
 the byte layout by hand, round trips through buckets smaller than a tensor, then real generator
 processes that send their weights back (tests/push_worker.py): from one trainer rank to two fp32
 generators, and from two FSDP2-sharded gloo ranks to a bf16 generator."""
@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import REPO
 
-from scalerl.generation.buckets import in_order, layout, pack, pack_all, unpack, weight_schema
+from scalerl.generation.transfer.buckets import in_order, layout, pack, pack_all, unpack, weight_schema
 
 WORKER = (str(Path(__file__).with_name("push_worker.py")),)
 
@@ -195,7 +195,7 @@ def _echo(pool, version):
 def _spec(ckpt, n, dtype):
     from functools import partial
 
-    from scalerl.generation.worker import WorkerSpec
+    from scalerl.generation.fleet.worker import WorkerSpec
     from scalerl.precision import PRECISIONS
 
     heads = partial(PRECISIONS["fp32"].fn, cfg=PRECISIONS["fp32"].schema())
@@ -205,7 +205,7 @@ def _spec(ckpt, n, dtype):
 
 @pytest.mark.slow
 def test_a_streamed_push_gives_two_generators_the_trainers_weights(tiny_cfg, monkeypatch):
-    from scalerl.generation.pool import GeneratorPool
+    from scalerl.generation.fleet.pool import GeneratorPool
     from scalerl.models.load import load_checkpoint
     from scalerl.train.setup import prepare_checkpoint
     from scalerl.train.weights import trainer_tensors
@@ -237,7 +237,7 @@ import json, sys
 import torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 sys.path.insert(0, sys.argv[3])
-from scalerl.generation.pool import GeneratorPool
+from scalerl.generation.fleet.pool import GeneratorPool
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import CompletionLogits
 from scalerl.precision.base import linear_head

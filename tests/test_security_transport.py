@@ -25,11 +25,11 @@ import torch.distributed as dist
 from helpers import REPO, veth_namespaces
 
 from scalerl.generation import GENERATORS
-from scalerl.generation.interface import Generation, SamplingParams
-from scalerl.generation.transport import Hub, Spoke, TransportError, decode, encode
-from scalerl.generation.trust import Signed
-from scalerl.generation.buckets import TensorSpec
-from scalerl.generation.worker import Shard, WorkerSpec, wire_types
+from scalerl.generation.engines.interface import Generation, SamplingParams
+from scalerl.generation.fleet.transport import Hub, Spoke, TransportError, decode, encode
+from scalerl.generation.transfer.trust import Signed
+from scalerl.generation.transfer.buckets import TensorSpec
+from scalerl.generation.fleet.worker import Shard, WorkerSpec, wire_types
 from scalerl.precision import PRECISIONS
 
 
@@ -129,7 +129,7 @@ def test_gloo_connections_are_used_only_after_both_ends_prove_the_secret():
     """A peer that took a generator's place in gloo's (unsigned) rendezvous is refused."""
     import threading
 
-    from scalerl.generation.trust import gloo_group, handshake
+    from scalerl.generation.transfer.trust import gloo_group, handshake
 
     def pair(secrets_by_rank):
         store, errors = dist.HashStore(), {}
@@ -155,7 +155,7 @@ def test_gloo_connections_are_used_only_after_both_ends_prove_the_secret():
 # ------------------------------------------------------------- two network namespaces
 HUB = r"""
 import json, socket, sys, torch
-from scalerl.generation.transport import Hub, TransportError
+from scalerl.generation.fleet.transport import Hub, TransportError
 hub = Hub(1, timeout_s=60, host=sys.argv[1])
 port = int(hub.address.rsplit(":", 1)[1])
 print(json.dumps({"address": hub.address, "secret": hub.secret.hex()}), flush=True)
@@ -182,8 +182,8 @@ hub.close()
 GENERATOR = r"""
 import datetime, json, os, pickle, sys, time, torch
 import torch.distributed as dist
-from scalerl.generation.transport import Spoke, TransportError
-from scalerl.generation.trust import secret_from_env
+from scalerl.generation.fleet.transport import Spoke, TransportError
+from scalerl.generation.transfer.trust import secret_from_env
 address, marker = sys.argv[1], sys.argv[2]
 host, port = address.rsplit(":", 1)
 try:

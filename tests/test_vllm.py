@@ -23,9 +23,9 @@ import yaml  # noqa: E402
 from helpers import read_rows, run_cli  # noqa: E402
 
 from scalerl.generation import SamplingParams  # noqa: E402
-from scalerl.generation.base import EngineContext  # noqa: E402
-from scalerl.generation.torch_engine import TorchGenerator, left_pad  # noqa: E402
-from scalerl.generation.vllm_option import VLLMGenerationConfig, build_vllm_generator  # noqa: E402
+from scalerl.generation.engines.base import EngineContext  # noqa: E402
+from scalerl.generation.engines.torch_engine import TorchGenerator, left_pad  # noqa: E402
+from scalerl.generation.engines.vllm_option import VLLMGenerationConfig, build_vllm_generator  # noqa: E402
 from scalerl.models.load import load_checkpoint  # noqa: E402
 from scalerl.models.policy import Policy, token_logprobs  # noqa: E402
 from scalerl.models.tiny import TinyModelConfig, prepare_tiny  # noqa: E402
@@ -312,7 +312,7 @@ def test_sweep_runs_end_to_end_with_vllm(tmp_path):
 
 
 def test_weight_chunks_round_trip_by_name_dtype_and_shape():
-    from scalerl.generation.vllm_transfer import InlineUpdateInfo, chunks
+    from scalerl.generation.transfer.vllm_transfer import InlineUpdateInfo, chunks
 
     torch.manual_seed(0)
     named = [("a", torch.randn(3, 5)), ("b", torch.randn(7).to(torch.bfloat16)), ("c", torch.randn(2, 2, 2)),

@@ -14,8 +14,8 @@ import torch
 
 from scalerl.config import ConfigError, check_environment, compose, validate
 from scalerl.generation import vllm_nccl
-from scalerl.generation.buckets import in_order, layout, weight_schema
-from scalerl.generation.vllm_nccl import NcclPlane, chunks, entered_key, init_info, joining_key, pack_chunks, update_info
+from scalerl.generation.transfer.buckets import in_order, layout, weight_schema
+from scalerl.generation.transfer.vllm_nccl import NcclPlane, chunks, entered_key, init_info, joining_key, pack_chunks, update_info
 
 
 def _state(bias=4):
@@ -108,8 +108,8 @@ def test_the_init_and_update_payloads_are_vllms_dataclasses():
 
 def test_the_option_list_is_the_engines_backend_list():
     pytest.importorskip("vllm")
-    from scalerl.generation.vllm_engine import BACKENDS
-    from scalerl.generation.vllm_option import WEIGHT_TRANSFERS
+    from scalerl.generation.engines.vllm_engine import BACKENDS
+    from scalerl.generation.engines.vllm_option import WEIGHT_TRANSFERS
 
     assert tuple(BACKENDS) == WEIGHT_TRANSFERS and BACKENDS["nccl"] == "nccl"  # vLLM's own backend
 
@@ -274,9 +274,9 @@ def test_nccl_is_refused_without_cuda_without_a_trainer_gpu_and_without_generato
 
 
 def test_a_generator_on_the_trainers_own_gpu_is_refused_before_anything_starts():
-    from scalerl.generation.pool import GeneratorPool
-    from scalerl.generation.vllm_option import VLLMGenerationConfig
-    from scalerl.generation.worker import WorkerSpec
+    from scalerl.generation.fleet.pool import GeneratorPool
+    from scalerl.generation.engines.vllm_option import VLLMGenerationConfig
+    from scalerl.generation.fleet.worker import WorkerSpec
 
     spec = WorkerSpec(rank=0, n_generators=2, checkpoint="", device="cpu", dtype="bfloat16", compute_dtype="float32",
                       heads=None, attn_implementation=None, threads=1, timeout_s=30, in_flight=True, schema=(),

@@ -75,8 +75,8 @@ def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[st
     started (``time.time()``), before its imports: a summary written since then is this attempt's,
     even if the trainer failed while this task was still importing torch. Returns the task's record
     (``status`` and the generator's exit code)."""
-    from scalerl.generation.pool import job_rendezvous  # torch: only a generator task needs it
-    from scalerl.generation.trust import SECRET_ENV
+    from scalerl.generation.fleet import job_rendezvous  # torch: only a generator task needs it
+    from scalerl.generation.transfer import SECRET_ENV
 
     path = job_rendezvous(env=env)
     host = socket.gethostname()
@@ -98,7 +98,7 @@ def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[st
         time.sleep(RENDEZVOUS_POLL_S)
     # The ordinary generator process, as an operator starts it: the address and the index alone,
     # the secret in its environment (never argv). Its exit is this task's.
-    code = subprocess.call([sys.executable, "-m", "scalerl.generation.worker", rdv["address"], str(role.generator),
+    code = subprocess.call([sys.executable, "-m", "scalerl.generation.fleet", rdv["address"], str(role.generator),
                             str(wait_s if join_s is None else join_s)],
                            env={**os.environ, SECRET_ENV: secret, "TORCH_CPP_LOG_LEVEL": "ERROR"})
     print(f"[scalerl] {host}: generator {role.generator} exited with code {code}", flush=True)

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from scalerl.core.slurm_env import job_nodes
-from scalerl.generation.wire import decode, encode
+from scalerl.generation.transfer import decode, encode
 
 _EXIT_BARRIER_S = 300  # ranks reach the end together; a slow final checkpoint on a busy node still fits
 
@@ -53,7 +53,7 @@ class Dist:
         return torch.cat(parts, 0).to(x.device)
 
     # Plain data between ranks travels in the transport's wire format (JSON plus raw tensor bytes,
-    # generation/wire.py), never pickled as torch's *_object_list collectives do: a process that
+    # generation/transfer/wire.py), never pickled as torch's *_object_list collectives do: a process that
     # reaches this group's sockets cannot make a rank run code (docs/async.md, docs/sandbox.md).
     def scatter_data(self, parts: list | None, types=()):
         """Rank k's item of rank 0's ``parts`` (one per rank; None elsewhere): plain data and CPU

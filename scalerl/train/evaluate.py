@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from scalerl.generation.noise import mix_seed
+from scalerl.generation.engines import mix_seed
 from scalerl.train.rollout import sample_and_score
 
 EVAL_CHUNK = 1024  # sequences per generate call; bounds KV-cache memory on big models

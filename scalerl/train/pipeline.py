@@ -42,9 +42,8 @@ from dataclasses import replace
 import torch
 
 from scalerl.asynchrony.base import within_lag
-from scalerl.generation.interface import Generation, SamplingParams, cat_generations
-from scalerl.generation.pool import GeneratorPool, job_rendezvous
-from scalerl.generation.worker import Shard, WorkerSpec
+from scalerl.generation.engines import Generation, SamplingParams, cat_generations
+from scalerl.generation.fleet import GeneratorPool, Shard, WorkerSpec, job_rendezvous
 from scalerl.registry import async_node
 from scalerl.train.rollout import (
     Rollout,

@@ -14,9 +14,7 @@ from typing import Callable, Optional
 
 import torch
 
-from scalerl.generation import Generation, SamplingParams
-from scalerl.generation.noise import mix_seed
-from scalerl.generation.torch_engine import left_pad
+from scalerl.generation.engines import Generation, SamplingParams, left_pad, mix_seed
 
 
 @dataclass
@@ -65,7 +63,7 @@ def decode_completions(tok, gen: Generation) -> list[str]:
 
 def prompt_seeds(seed: int, step: int, round_: int, n: int) -> torch.Tensor:
     """(n,) sampling seeds of one step's prompts, by their position in the global batch:
-    the same completions whatever the number of ranks or generators (``generation/noise.py``)."""
+    the same completions whatever the number of ranks or generators (``generation/engines/noise.py``)."""
     return torch.tensor([mix_seed(seed, step, round_, i) for i in range(n)], dtype=torch.long)
 
 

@@ -25,8 +25,7 @@ from typing import Optional, Protocol
 import torch
 
 from scalerl.asynchrony.base import version_stats, within_lag
-from scalerl.generation import Generator
-from scalerl.generation.torch_engine import TorchGenerator
+from scalerl.generation.engines import Generator, TorchGenerator
 from scalerl.train.rollout import Rollout, rollout, rollout_from_state, rollout_state
 from scalerl.train.weights import trainer_state_dict
 

@@ -13,9 +13,7 @@ from typing import Optional
 import torch
 
 from scalerl.core.errors import ConfigError
-from scalerl.generation import GENERATORS, Generator
-from scalerl.generation.base import EngineContext
-from scalerl.generation.torch_engine import TorchGenerator
+from scalerl.generation.engines import GENERATORS, EngineContext, Generator, TorchGenerator
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS

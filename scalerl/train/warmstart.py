@@ -20,7 +20,7 @@ from filelock import FileLock
 
 from scalerl import models
 from scalerl.core.hashing import stable_hash
-from scalerl.generation.torch_engine import TorchGenerator
+from scalerl.generation.engines import TorchGenerator
 from scalerl.length.base import LengthPlan
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, token_logprobs

@@ -13,8 +13,8 @@ from typing import Iterator
 import torch
 from torch.distributed.tensor import DTensor
 
-from scalerl.generation.pool import GeneratorPool
-from scalerl.generation.buckets import BUCKET_BYTES
+from scalerl.generation.fleet import GeneratorPool
+from scalerl.generation.transfer import BUCKET_BYTES
 from scalerl.train.sharding import full_state_dict, iter_full_tensors
 
 

@@ -34,9 +34,9 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
-from scalerl.generation.buckets import BUCKET_BYTES, TensorSpec, layout, pack_all, unpack
-from scalerl.generation.trust import LOOPBACK, abort_groups, broadcast, gloo_group, handshake, hosting_store, seconds
-from scalerl.generation.vllm_reload import LayerwiseReload
+from scalerl.generation.transfer.buckets import BUCKET_BYTES, TensorSpec, layout, pack_all, unpack
+from scalerl.generation.transfer.trust import LOOPBACK, abort_groups, broadcast, gloo_group, handshake, hosting_store, seconds
+from scalerl.generation.transfer.vllm_reload import LayerwiseReload
 
 BACKEND = "scalerl_gloo"
 GROUP = "vllm-weights"

@@ -11,7 +11,7 @@ which is exact for the categorical distribution.
 """
 from __future__ import annotations
 
-import torch
+from scalerl.core.lazy import torch  # config composition imports this package: torch only when used
 
 _M64 = (1 << 64) - 1
 

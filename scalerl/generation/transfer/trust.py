@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from scalerl.generation.wire import TransportError
+from scalerl.generation.transfer.wire import TransportError
 
 HANDSHAKE_TAG = (1 << 30) - 1
 """The gloo tag of the connection handshake (``handshake``): below ``transport.PROBE_TAG``, above any step."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.generation.base import EngineContext, GenerationConfig
+from scalerl.generation.engines.base import EngineContext, GenerationConfig
 
 
 @dataclass
@@ -16,6 +16,6 @@ class TorchGenerationConfig(GenerationConfig):
 
 
 def build_torch_generator(ctx: EngineContext, *, cfg: TorchGenerationConfig):
-    from scalerl.generation.torch_engine import TorchGenerator  # transformers: only when a run builds it
+    from scalerl.generation.engines.torch_engine import TorchGenerator  # transformers: only when a run builds it
 
     return TorchGenerator(ctx.policy, ctx.device, round_to=ctx.round_to)

@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import torch
 import torch.cuda.nccl as nccl
 
-from scalerl.generation.buckets import BUCKET_BYTES, TensorSpec
+from scalerl.generation.transfer.buckets import BUCKET_BYTES, TensorSpec
 
 CHUNK_BYTES = BUCKET_BYTES
 """vLLM's ``packed_buffer_size_bytes``: a chunk closes once it holds more than this, so one chunk

@@ -18,12 +18,12 @@ from typing import ClassVar, Optional
 
 from scalerl.core.errors import ConfigError, check
 from scalerl.core.lazy import torch
-from scalerl.generation.base import EngineContext, GenerationConfig
+from scalerl.generation.engines.base import EngineContext, GenerationConfig
 
 ENGINE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM 0.32's CPU attention kernel accepts (``CPUAttentionBackend``)."""
-PLUGIN = "scalerl.generation.vllm_transfer:register"
+PLUGIN = "scalerl.generation.transfer.vllm_transfer:register"
 WEIGHT_TRANSFERS = ("gloo", "inline", "nccl")
 """``generation.weight_transfer``'s options (vllm_engine.BACKENDS; the config must not import vLLM)."""
 
@@ -83,7 +83,7 @@ def build_vllm_generator(ctx: EngineContext, *, cfg: VLLMGenerationConfig):
     # process of its own it would keep decoding while a weight update swaps parameters, and a
     # token's version could not be known. Not a user setting: the interface depends on it.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from scalerl.generation.vllm_engine import VLLMGenerator
+    from scalerl.generation.engines.vllm_engine import VLLMGenerator
 
     dtype = ctx.body_dtype if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
     return VLLMGenerator(ctx.checkpoint, dtype=dtype, head_dtype=ctx.head_dtype,

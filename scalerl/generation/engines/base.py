@@ -10,7 +10,7 @@ from omegaconf import MISSING
 if TYPE_CHECKING:
     from torch import device, dtype
 
-    from scalerl.generation.interface import Generator
+    from scalerl.generation.engines.interface import Generator
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The generator process: its own copy of the weights, in its own precision.
 
-    python -m scalerl.generation.worker HOST:PORT RANK [TIMEOUT_S]
+    python -m scalerl.generation.fleet HOST:PORT RANK [TIMEOUT_S]
 
 (the run's secret in ``$SCALERL_TRANSPORT_SECRET``) connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
 builds the run's generation engine (the ``generation`` option, through the
@@ -50,13 +50,13 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from scalerl.generation import GENERATORS
-from scalerl.generation.base import EngineContext
-from scalerl.generation.interface import SamplingParams
-from scalerl.generation.transport import PROBE_TAG, Spoke, TransportError, poll_until
-from scalerl.generation.trust import secret_from_env
-from scalerl.generation.buckets import TensorSpec, layout, unpack
-from scalerl.generation.vllm_nccl import entered_key, joining_key, update_info
+from scalerl.generation.engines import GENERATORS
+from scalerl.generation.engines.base import EngineContext
+from scalerl.generation.engines.interface import SamplingParams
+from scalerl.generation.fleet.transport import PROBE_TAG, Spoke, TransportError, poll_until
+from scalerl.generation.transfer.trust import secret_from_env
+from scalerl.generation.transfer.buckets import TensorSpec, layout, unpack
+from scalerl.generation.transfer.vllm_nccl import entered_key, joining_key, update_info
 from scalerl.models.load import load_model
 from scalerl.models.policy import Policy, positions_from_mask
 from scalerl.precision import PRECISIONS
@@ -342,6 +342,3 @@ def main(argv: list[str], server_cls: type[GeneratorServer] = GeneratorServer) -
         if spoke is not None:
             spoke.close()
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

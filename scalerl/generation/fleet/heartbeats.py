@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from scalerl.generation.wire import TransportError, decode
+from scalerl.generation.transfer.wire import TransportError, decode
 
 BEAT_S = 1.0
 """Seconds between two heartbeats of a generator (``Spoke.start_heartbeat``)."""

@@ -39,12 +39,12 @@ from vllm import SamplingParams as VLLMSamplingParams
 from vllm.inputs import TokensPrompt
 from vllm.sampling_params import RequestOutputKind
 
-from scalerl.generation.interface import Generation, SamplingParams
-from scalerl.generation.noise import mix_seed
-from scalerl.generation.vllm_gloo import BACKEND as GLOO
-from scalerl.generation.vllm_gloo import GlooRelay
-from scalerl.generation.vllm_transfer import BACKEND as INLINE
-from scalerl.generation.vllm_transfer import chunks
+from scalerl.generation.engines.interface import Generation, SamplingParams
+from scalerl.generation.engines.noise import mix_seed
+from scalerl.generation.transfer.vllm_gloo import BACKEND as GLOO
+from scalerl.generation.transfer.vllm_gloo import GlooRelay
+from scalerl.generation.transfer.vllm_transfer import BACKEND as INLINE
+from scalerl.generation.transfer.vllm_transfer import chunks
 
 BACKENDS = {"gloo": GLOO, "inline": INLINE, "nccl": "nccl"}
 """``generation.weight_transfer``: vLLM weight-transfer backends: scalerl's (vllm_transfer.register), and

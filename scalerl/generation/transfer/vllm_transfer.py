@@ -41,9 +41,9 @@ from vllm.distributed.weight_transfer.base import (
 )
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
-from scalerl.generation.vllm_gloo import BACKEND as GLOO
-from scalerl.generation.vllm_gloo import GlooWeightTransferEngine
-from scalerl.generation.vllm_reload import LayerwiseReload
+from scalerl.generation.transfer.vllm_gloo import BACKEND as GLOO
+from scalerl.generation.transfer.vllm_gloo import GlooWeightTransferEngine
+from scalerl.generation.transfer.vllm_reload import LayerwiseReload
 
 BACKEND = "scalerl_inline"
 CHUNK_BYTES = 256 << 20

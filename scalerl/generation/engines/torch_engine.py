@@ -23,8 +23,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 
-from scalerl.generation.interface import Generation, SamplingParams
-from scalerl.generation.noise import row_keys, sample_inverse_cdf, uniforms
+from scalerl.generation.engines.interface import Generation, SamplingParams
+from scalerl.generation.engines.noise import row_keys, sample_inverse_cdf, uniforms
 from scalerl.models.policy import Policy, positions_from_mask
 
 
