@@ -112,16 +112,58 @@ def test_every_path_the_architecture_page_names_exists():
     missing = [p for p in sorted(named) if "mine" not in p and "<" not in p and "NAME" not in p
                and not (REPO / p).exists()]
     assert not missing, missing
-    tree = DOCS[DOCS.index("```\nscalerl/"):]
-    tree = tree[:tree.index("```", 4)]
-    listed = re.findall(r"(?:^|\s)([a-z_]+(?:/|\.py))(?=\s)", tree)
-    inside = [n for n in listed if n not in ("scalerl/", "hydra_plugins/", "analysis/", "conf/", "sweeps/", "docs/",
-                                             "benchmarks/", "tests/")]
-    assert {"core/", "losses/", "asynchrony/", "generation/", "train/", "sweep.py", "loop.py"} <= set(inside)
-    gone = [n for n in inside if not any((base / n.rstrip("/")).exists() for base in
-                                        (REPO / "scalerl", REPO / "scalerl" / "train", REPO / "scalerl" / "generation",
-                                         REPO / "scalerl" / "devtools"))]
+    tree = DOCS[DOCS.index("```\nscalerl/") + 4:]
+    tree = tree[:tree.index("```")]
+    entries = map_entries(tree)
+    inside = {path for path in entries if path.startswith("scalerl/")}
+    assert {"scalerl/core", "scalerl/losses", "scalerl/asynchrony", "scalerl/generation/engines",
+            "scalerl/train/loop.py", "scalerl/sweep.py"} <= inside
+    gone = [path for path in sorted(entries) if not (REPO / path).exists()]
     assert not gone, gone
+    # ... and the map leaves out no package: every folder of scalerl/ and of scalerl/generation/.
+    packages = {str(p.parent.relative_to(REPO)) for p in (REPO / "scalerl").glob("*/__init__.py")}
+    packages |= {str(p.parent.relative_to(REPO)) for p in (REPO / "scalerl" / "generation").glob("*/__init__.py")}
+    assert packages <= inside, sorted(packages - inside)
+
+
+def map_entries(tree: str) -> set[str]:
+    """Every path the folder map names, resolved against the folder of its line: an entry is a
+    line indented 0, 2 or 4 spaces that starts with folders (``name/``) or one module (indent 2
+    nests under the last indent-0 folder, 4 under the last indent-2 one); the description after
+    it, and the deeper-indented lines that continue it, name files of that folder."""
+    parents = {0: ""}
+    entries: set[str] = set()
+    here = ""
+    for line in tree.splitlines():
+        indent = len(line) - len(line.lstrip())
+        words = line.split()
+        heads = []
+        if indent in (0, 2, 4):
+            for w in words:  # sibling folders ("losses/ aggregation/ ..."), or one module
+                if not re.fullmatch(r"[a-z_]+(?:/|\.py)", w) or (heads and w.endswith(".py")):
+                    break
+                heads.append(w)
+                if w.endswith(".py"):
+                    break
+        if heads:
+            base = parents[indent]
+            for w in heads:
+                entries.add(base + w.rstrip("/"))
+            last = base + heads[-1]
+            here = last if last.endswith("/") else base
+            parents[indent + 2] = last if last.endswith("/") else base
+            words = words[len(heads):]
+        for w in words:
+            name = re.fullmatch(r"\(?([a-z_]+\.py)[),:;]*", w)
+            if name:
+                entries.add(here + name[1])
+    return entries
+
+
+def test_map_entries_resolves_nesting_and_continuations():
+    tree = ("a/\n  b/  x.py one\n      (y.py), z\n    c/  d.py\n  e.py  top\n  g/ h/  two\nf/\n")
+    assert map_entries(tree) == {"a", "a/b", "a/b/x.py", "a/b/y.py", "a/b/c", "a/b/c/d.py", "a/e.py", "a/g", "a/h",
+                                 "f"}
 
 
 def test_the_axis_table_names_each_axis_group_package_and_registry():

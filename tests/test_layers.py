@@ -90,6 +90,51 @@ def test_imports_go_down_the_layers(path, name):
     assert not bad, "\n".join(bad)
 
 
+# Inside scalerl.generation, bottom to top (its docstring): a subpackage imports only from itself or one below.
+GENERATION_LAYERS = ["transfer", "engines", "fleet"]
+GENERATION_DOORS = {"scalerl.generation"} | {f"scalerl.generation.{sub}" for sub in GENERATION_LAYERS}
+
+
+def from_modules(path: Path) -> list[tuple[str, int]]:
+    """(module, line) of every import statement, with the module itself (not the names taken from it)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.extend((a.name, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, node.lineno))
+    return out
+
+
+def test_generation_subpackages_go_one_way():
+    assert sorted(p.name for p in (REPO / "scalerl" / "generation").iterdir()
+                  if (p / "__init__.py").exists()) == sorted(GENERATION_LAYERS)
+    bad = []
+    for path in sorted((REPO / "scalerl" / "generation").rglob("*.py")):
+        parts = module_name(path).split(".")
+        if len(parts) < 3:
+            continue  # the package's own __init__: the door outside code comes in by
+        me = GENERATION_LAYERS.index(parts[2])
+        for target, line in from_modules(path):
+            t = target.split(".")
+            if t[:2] != ["scalerl", "generation"]:
+                continue
+            if len(t) == 2:
+                bad.append(f"{path.name}:{line} imports scalerl.generation (the door is for outside code)")
+            elif GENERATION_LAYERS.index(t[2]) > me:
+                bad.append(f"{path.name}:{line} imports {target}: {t[2]} is above {parts[2]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_outside_code_imports_generation_through_its_doors():
+    # The trainer sees interfaces, not modules: a subpackage's __init__ names what it offers.
+    bad = [f"{path.relative_to(REPO)}:{line} imports {target}"
+           for path, name in runtime_modules() if unit(name) != "generation"
+           for target, line in from_modules(path)
+           if target.startswith("scalerl.generation") and target not in GENERATION_DOORS]
+    assert not bad, "\n".join(bad)
+
+
 def import_graph() -> dict[str, set[str]]:
     """scalerl module -> the scalerl modules it imports, at module level or inside a function (a lazy
     import is for heavy optional libraries, never to dodge a cycle: docs/architecture.md).
