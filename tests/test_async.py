@@ -26,7 +26,7 @@ from scalerl.core.jsonio import JsonlFile
 from scalerl.generation import SamplingParams
 from scalerl.generation.engines.torch_engine import TorchGenerator
 from scalerl.generation.fleet.transport import TransportError
-from scalerl.generation.transfer.buckets import in_order, layout, pack, unpack, weight_schema
+from scalerl.generation.transfer.buckets import in_order, lay_out, pack, unpack, weight_schema
 from scalerl.launch.local_pool import arm_threads
 from scalerl.launch.studies import load_study
 from scalerl.models.load import load_checkpoint
@@ -49,8 +49,8 @@ def small_buckets(monkeypatch, bucket_bytes=16 << 10):
     (buckets.unpack's ``into``); the default sends them all in one shared bucket, copied out."""
     import scalerl.generation.fleet.pool as pool_module
 
-    real = pool_module.layout
-    monkeypatch.setattr(pool_module, "layout", lambda schema, _: real(schema, bucket_bytes))
+    real = pool_module.lay_out
+    monkeypatch.setattr(pool_module, "lay_out", lambda schema, _: real(schema, bucket_bytes))
 
 
 def rows(run_dir, name="steps.jsonl"):
@@ -113,16 +113,16 @@ def test_timeouts_and_thread_counts_do_not_change_a_runs_identity():
 def test_weight_buckets_round_trip_across_dtypes_and_splits():
     # More cases in tests/test_push_stream.py (the streamed push).
     state = {"a": torch.arange(6.0).view(2, 3), "b": torch.arange(4, dtype=torch.bfloat16), "c": torch.ones(5)}
-    plan = layout(weight_schema(state), bucket_bytes=32)  # a at 0 (24 B), b at 32 (8 B), c at 48 (20 B): 3 buckets
-    assert plan.offsets == (0, 32, 48) and plan.n_buckets == 3
+    layout = lay_out(weight_schema(state), bucket_bytes=32)  # a at 0 (24 B), b at 32 (8 B), c at 48 (20 B): 3 buckets
+    assert layout.offsets == (0, 32, 48) and layout.n_buckets == 3
     bufs = [torch.empty(32, dtype=torch.uint8) for _ in range(2)]
-    sent = iter([b.clone() for _, b in pack(plan, in_order(plan, state), bufs)])
+    sent = iter([b.clone() for _, b in pack(layout, in_order(layout, state), bufs)])
 
     def recv(buf):  # the broadcast, in memory: bucket k arrives in the receiver's buffer
         src = next(sent)
         return lambda: buf.copy_(src)
 
-    got = dict(unpack(plan, recv))
+    got = dict(unpack(layout, recv))
     assert all(torch.equal(got[k], v) and got[k].dtype == v.dtype for k, v in state.items())
 
 

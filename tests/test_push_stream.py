@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import REPO
 
-from scalerl.generation.transfer.buckets import in_order, layout, pack, pack_all, unpack, weight_schema
+from scalerl.generation.transfer.buckets import in_order, lay_out, pack, pack_all, unpack, weight_schema
 
 WORKER = (str(Path(__file__).with_name("push_worker.py")),)
 
@@ -26,10 +26,10 @@ def _state():
 
 
 def _round_trip(state, dtype, bucket_bytes):
-    plan = layout(weight_schema(state, dtype), bucket_bytes)
+    layout = lay_out(weight_schema(state, dtype), bucket_bytes)
     bufs = [torch.full((bucket_bytes,), 255, dtype=torch.uint8) for _ in range(2)]
     sent = []
-    for k, bucket in pack(plan, in_order(plan, state), bufs):
+    for k, bucket in pack(layout, in_order(layout, state), bufs):
         assert any(buf.data_ptr() <= bucket.data_ptr() < buf.data_ptr() + bucket_bytes for buf in bufs)  # no other memory
         sent.append(bucket.clone())
     arriving = iter(sent)
@@ -38,24 +38,24 @@ def _round_trip(state, dtype, bucket_bytes):
         src = next(arriving)
         return lambda: buf.copy_(src)
 
-    return plan, sent, list(unpack(plan, recv))
+    return layout, sent, list(unpack(layout, recv))
 
 
 def test_the_layout_by_hand():
-    plan = layout(weight_schema(_state(), "bfloat16"), bucket_bytes=32)
+    layout = lay_out(weight_schema(_state(), "bfloat16"), bucket_bytes=32)
     # bf16 floats, int64 kept: a 12 B at 0; n 40 B at 16; big 80 B at 64 (16-aligned); empty 0 B at 144;
     # c 6 B at 144: a stream of 150 B. At 32 B buckets a tensor of >= 16 B (ALIGN, the floor of 32 / 16)
     # has buckets of its own: a [0, 12); n [16, 48) [48, 56); big [64, 96) [96, 128) [128, 144); c [144, 150).
     # The alignment gaps (12..16, 56..64) do not travel: 138 B in 7 buckets.
-    assert [s.dtype for s in plan.specs] == ["bfloat16", "int64", "bfloat16", "bfloat16", "bfloat16"]
-    assert plan.offsets == (0, 16, 64, 144, 144) and plan.total == 150
-    assert plan.starts == (0, 16, 48, 64, 96, 128, 144) and plan.ends == (12, 48, 56, 96, 128, 144, 150)
-    assert plan.own == (-1, 1, 1, 2, 2, 2, -1) and plan.nbytes == 138
-    assert list(plan.pieces(1)) == [(1, 0, 0, 32), (2, 0, 32, 40)]
-    assert list(plan.pieces(2)) == [(3, 0, 0, 32), (4, 0, 32, 64), (5, 0, 64, 80)]
-    assert list(plan.pieces(3)) == []  # the empty tensor travels in no bucket
+    assert [s.dtype for s in layout.specs] == ["bfloat16", "int64", "bfloat16", "bfloat16", "bfloat16"]
+    assert layout.offsets == (0, 16, 64, 144, 144) and layout.total == 150
+    assert layout.starts == (0, 16, 48, 64, 96, 128, 144) and layout.ends == (12, 48, 56, 96, 128, 144, 150)
+    assert layout.own == (-1, 1, 1, 2, 2, 2, -1) and layout.nbytes == 138
+    assert list(layout.pieces(1)) == [(1, 0, 0, 32), (2, 0, 32, 40)]
+    assert list(layout.pieces(2)) == [(3, 0, 0, 32), (4, 0, 32, 64), (5, 0, 64, 80)]
+    assert list(layout.pieces(3)) == []  # the empty tensor travels in no bucket
     with pytest.raises(ValueError, match="multiple of 16"):
-        layout(plan.specs, 40)
+        lay_out(layout.specs, 40)
 
 
 def test_small_tensors_share_a_bucket_and_never_straddle_one():
@@ -65,24 +65,24 @@ def test_small_tensors_share_a_bucket_and_never_straddle_one():
     spec = weight_schema({"w1": torch.zeros(4, dtype=torch.bfloat16), "w2": torch.zeros(6, dtype=torch.bfloat16),
                           "big": torch.zeros(300, dtype=torch.bfloat16), "w3": torch.zeros(3, dtype=torch.bfloat16),
                           "w4": torch.zeros(2, dtype=torch.int64)})
-    plan = layout(spec, 512)
-    assert plan.offsets == (0, 16, 32, 640, 656)
-    assert plan.starts == (0, 32, 544, 640) and plan.ends == (28, 544, 632, 672) and plan.own == (-1, 2, 2, -1)
-    assert list(plan.pieces(4)) == [(3, 16, 0, 16)]
+    layout = lay_out(spec, 512)
+    assert layout.offsets == (0, 16, 32, 640, 656)
+    assert layout.starts == (0, 32, 544, 640) and layout.ends == (28, 544, 632, 672) and layout.own == (-1, 2, 2, -1)
+    assert list(layout.pieces(4)) == [(3, 16, 0, 16)]
     small = weight_schema({f"s{i}": torch.zeros(7) for i in range(40)})  # 28 B each, 32 B apart: 16 per 512 B
-    plan = layout(small, 512)
-    assert plan.own == (-1, -1, -1) and plan.starts == (0, 512, 1024) and plan.ends == (508, 1020, 1276)
+    layout = lay_out(small, 512)
+    assert layout.own == (-1, -1, -1) and layout.starts == (0, 512, 1024) and layout.ends == (508, 1020, 1276)
 
 
 @pytest.mark.parametrize("dtype,bucket_bytes", [(None, 16), (None, 48), ("bfloat16", 32), ("bfloat16", 4096)])
 def test_buckets_round_trip_in_the_generators_dtype(dtype, bucket_bytes):
     state = _state()
-    plan, sent, got = _round_trip(state, dtype, bucket_bytes)
+    layout, sent, got = _round_trip(state, dtype, bucket_bytes)
     assert [n for n, _ in got] == list(state)  # schema order
     for (name, t), (_, ref) in zip(got, state.items()):
         want = ref.to(torch.bfloat16) if dtype and ref.is_floating_point() else ref
         assert t.dtype == want.dtype and torch.equal(t, want), name
-    assert sum(b.numel() for b in sent) == plan.nbytes <= plan.total  # the stream's bytes, less gaps between buckets
+    assert sum(b.numel() for b in sent) == layout.nbytes <= layout.total  # the stream's bytes, less gaps between buckets
 
 
 @pytest.mark.parametrize("bucket_bytes", [16, 48, 4096])
@@ -92,22 +92,22 @@ def test_a_snapshot_is_the_streamed_layout_byte_for_byte(bucket_bytes):
     state = {n: (t.to(torch.bfloat16) if t.is_floating_point() and n != "c" else t) for n, t in _state().items()}
     schema, bufs = pack_all(state.items(), bucket_bytes)
     assert schema == weight_schema(state)  # each tensor's own dtype: what the relay was handed
-    plan, sent, _ = _round_trip(state, None, bucket_bytes)
-    assert len(bufs) == len(sent) == plan.n_buckets
+    layout, sent, _ = _round_trip(state, None, bucket_bytes)
+    assert len(bufs) == len(sent) == layout.n_buckets
     for mine, streamed in zip(bufs, sent):
         assert mine.numel() == streamed.numel()
-        for i, spec in enumerate(plan.specs):  # the tensors' bytes (not the alignment gaps) agree
-            for k, off, a, b in plan.pieces(i):
+        for i, spec in enumerate(layout.specs):  # the tensors' bytes (not the alignment gaps) agree
+            for k, off, a, b in layout.pieces(i):
                 if mine is bufs[k]:
                     assert torch.equal(mine[off : off + b - a], streamed[off : off + b - a]), spec.name
     arriving = iter(bufs)
-    got = list(unpack(plan, lambda buf: (lambda src: lambda: buf.copy_(src))(next(arriving))))
+    got = list(unpack(layout, lambda buf: (lambda src: lambda: buf.copy_(src))(next(arriving))))
     assert all(torch.equal(t, state[n]) and t.dtype == state[n].dtype for n, t in got)
 
 
 def test_a_receiver_reuses_a_bucket_only_once_no_view_of_it_is_alive():
     state = {f"w{i}": torch.full((4,), float(i)) for i in range(12)}  # 16 B each: one per bucket
-    plan, sent, _ = _round_trip(state, None, 16)
+    layout, sent, _ = _round_trip(state, None, 16)
     for keep in (False, True):
         arriving, buffers, kept = iter(sent), set(), []
 
@@ -116,7 +116,7 @@ def test_a_receiver_reuses_a_bucket_only_once_no_view_of_it_is_alive():
             src = next(arriving)
             return lambda: buf.copy_(src)
 
-        for name, t in unpack(plan, recv):
+        for name, t in unpack(layout, recv):
             kept.append(t if keep else t.clone())  # an engine that holds views, or one that copies at once
         assert [float(t[0]) for t in kept] == [float(i) for i in range(12)]
         assert len(buffers) == (12 if keep else 3)  # the one read, the one arriving, and one freed
@@ -127,7 +127,7 @@ def test_a_receiver_takes_a_tensor_with_buckets_of_its_own_in_place():
     # receiver's tensors, n (int64, 40 B) is refused as a destination (the receiver holds it as int32),
     # c (12 B) is small and shares a bucket. Only n's buckets and c's take a receive buffer.
     state = _state()
-    plan, sent, _ = _round_trip(state, None, 64)
+    layout, sent, _ = _round_trip(state, None, 64)
     mine = {"a": torch.zeros(2, 3), "n": torch.zeros(5, dtype=torch.int32), "big": torch.zeros(40),
             "c": torch.zeros(3), "empty": torch.zeros(0, 3)}
     before = {k: t.data_ptr() for k, t in mine.items()}
@@ -140,7 +140,7 @@ def test_a_receiver_takes_a_tensor_with_buckets_of_its_own_in_place():
         src = next(arriving)
         return lambda: buf.copy_(src)
 
-    got = dict(unpack(plan, recv, into=lambda spec: mine[spec.name]))
+    got = dict(unpack(layout, recv, into=lambda spec: mine[spec.name]))
     assert into_mine == ["a", "big", "big", "big"]  # n (wrong dtype) and c (shared bucket) go through buffers
     for name in ("a", "big"):  # the receiver's own tensors, at their own addresses, with the pushed values
         assert got[name] is not mine[name] and got[name].data_ptr() == before[name] == mine[name].data_ptr()
@@ -154,7 +154,7 @@ def test_small_buckets_share_a_buffer_and_a_buffer_is_refilled_only_after_reuse(
     # 8-11 buffer 0 again, and reuse(0) comes before bucket 8 is written: a sender keeps four buckets
     # of a buffer in flight and waits once per buffer, not once per bucket.
     state = {f"w{i}": torch.full((4,), float(i)) for i in range(12)}
-    plan = layout(weight_schema(state), 16)
+    layout = lay_out(weight_schema(state), 16)
     bufs = [torch.zeros(64, dtype=torch.uint8) for _ in range(2)]
     flying, calls = [], []
 
@@ -164,7 +164,7 @@ def test_small_buckets_share_a_buffer_and_a_buffer_is_refilled_only_after_reuse(
             assert torch.equal(view, want)
         flying[:] = [(v, w) for v, w in flying if v.data_ptr() - bufs[b].data_ptr() not in range(64)]
 
-    for k, bucket in pack(plan, in_order(plan, state), bufs, reuse):
+    for k, bucket in pack(layout, in_order(layout, state), bufs, reuse):
         assert bucket.data_ptr() == bufs[(k // 4) % 2].data_ptr() + 16 * (k % 4)
         flying.append((bucket, bucket.clone()))
     assert calls == [(0, 0), (1, 4), (0, 8)]
@@ -173,15 +173,15 @@ def test_small_buckets_share_a_buffer_and_a_buffer_is_refilled_only_after_reuse(
 
 def test_a_push_out_of_order_or_incomplete_is_refused():
     state = _state()
-    plan = layout(weight_schema(state), 64)
+    layout = lay_out(weight_schema(state), 64)
     with pytest.raises(KeyError, match="lacks \\['c'\\]"):
-        in_order(plan, {k: v for k, v in state.items() if k != "c"})  # a dict is checked before anything
+        in_order(layout, {k: v for k, v in state.items() if k != "c"})  # a dict is checked before anything
     bufs = [torch.empty(64, dtype=torch.uint8)] * 2
     swapped = [("n", state["n"]), ("a", state["a"])]
     with pytest.raises(ValueError, match="got 'n' at position 0, the schema's is 'a'"):
-        list(pack(plan, in_order(plan, swapped), bufs))
+        list(pack(layout, in_order(layout, swapped), bufs))
     with pytest.raises(ValueError, match="got 2 tensors, the schema has 5"):
-        list(pack(plan, in_order(plan, list(state.items())[:2]), bufs))
+        list(pack(layout, in_order(layout, list(state.items())[:2]), bufs))
 
 
 # ------------------------------------------------------- generator processes

@@ -1,5 +1,5 @@
 """vLLM's ``nccl`` data plane fed by the trainer (generation.weight_transfer=nccl, vllm_nccl.py), on
-CPU: the chunk plan by hand; the trainer's chunks against vLLM's own packing and received by vLLM's
+CPU: the chunks by hand; the trainer's chunks against vLLM's own packing and received by vLLM's
 own consumer (its CUDA streams stubbed out, the broadcast a copy); the init and update payloads
 parsed by vLLM's own dataclasses; the handshakes that keep every NCCL call behind the generators'
 word (torch's NCCL bindings stubbed); the generator process's side; and the config's refusals.
@@ -14,7 +14,7 @@ import torch
 
 from scalerl.config import ConfigError, check_environment, compose, validate
 from scalerl.generation import vllm_nccl
-from scalerl.generation.transfer.buckets import in_order, layout, weight_schema
+from scalerl.generation.transfer.buckets import in_order, lay_out, weight_schema
 from scalerl.generation.transfer.vllm_nccl import NcclPlane, chunks, entered_key, init_info, joining_key, pack_chunks, update_info
 
 
@@ -25,9 +25,9 @@ def _state(bias=4):
 
 
 def _chunk_bytes(schema, chunk_bytes, state=None):
-    plan = chunks(schema, chunk_bytes)
+    layout = chunks(schema, chunk_bytes)
     state = state or _state()
-    return plan, list(pack_chunks(schema, plan, in_order(layout(schema), state),
+    return layout, list(pack_chunks(schema, layout, in_order(lay_out(schema), state),
                                   lambda n: torch.full((n,), 255, dtype=torch.uint8)))
 
 
@@ -50,19 +50,19 @@ def test_the_trainers_chunks_are_vllms_packing_byte_for_byte(chunk_bytes, bias):
     packed = pytest.importorskip("vllm.distributed.weight_transfer.packed_tensor")
     state = _state(bias)
     schema = weight_schema(state, "bfloat16")
-    plan, mine = _chunk_bytes(schema, chunk_bytes, state)
+    chunk_rows, mine = _chunk_bytes(schema, chunk_bytes, state)
     # vLLM's trainer-side packing (its producer), of the same tensors already in the generator's dtype.
     cast = iter([(s.name, t.to(s.torch_dtype)) for s, t in zip(schema, state.values())])
     theirs = []
     while (chunk := packed.pack_tensors(cast, lambda item: item[1], chunk_bytes)) is not None:
         theirs.append(chunk)
-    assert [c.names for c in theirs] == [[schema[i].name for i in rows] for rows in plan]
+    assert [c.names for c in theirs] == [[schema[i].name for i in rows] for rows in chunk_rows]
     assert len(mine) == len(theirs) and all(torch.equal(a, b.packed_tensor) for a, b in zip(mine, theirs))
 
 
 def test_vllms_own_consumer_receives_the_trainers_chunks(monkeypatch):
     """vLLM 0.32's ``packed_nccl_broadcast_consumer`` (its worker's receive) fed the trainer's chunks:
-    it cuts its receive buffers from ``update_info`` alone, so a plan that differed from ours would
+    it cuts its receive buffers from ``update_info`` alone, so chunks that differed from ours would
     fail the size check below, and it hands ``load_weights`` the trainer's tensors in bf16."""
     packed = pytest.importorskip("vllm.distributed.weight_transfer.packed_tensor")
     schema = weight_schema(_state(), "bfloat16")
@@ -196,7 +196,7 @@ def test_a_push_gathers_and_broadcasts_only_after_every_generator_entered_vllms_
 
     def gathered():  # the trainer's tensors, gathered as they are read (a sharded trainer's iterator)
         hub.log.append("gather")
-        yield from in_order(layout(schema), _state())
+        yield from in_order(lay_out(schema), _state())
 
     hub.generators_say([entered_key(0, 7), entered_key(1, 7)])
     done = plane.push(hub, 7, gathered())

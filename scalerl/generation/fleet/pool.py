@@ -30,7 +30,7 @@ from scalerl.generation.engines import GENERATORS
 from scalerl.generation.engines.interface import Generation
 from scalerl.generation.fleet.transport import PROBE_TAG, Hub
 from scalerl.generation.transfer.trust import SECRET_ENV, run_host
-from scalerl.generation.transfer.buckets import BUCKET_BYTES, in_order, layout, pack, packed_bytes, weight_schema
+from scalerl.generation.transfer.buckets import BUCKET_BYTES, in_order, lay_out, pack, packed_bytes, weight_schema
 from scalerl.generation.transfer.vllm_nccl import NcclPlane
 from scalerl.generation.fleet.worker import Shard, WorkerSpec
 
@@ -119,7 +119,7 @@ class GeneratorPool:
         # Floating tensors travel in the generator's dtype (half the bytes for a bf16 generator).
         self.schema = tuple(weight_schema(state, dtype=spec.dtype))
         self.spec = replace(spec, schema=self.schema, n_generators=n)
-        self.layout = layout(self.schema, bucket_bytes)
+        self.layout = lay_out(self.schema, bucket_bytes)
         self.bufs: list[torch.Tensor] = []  # the two bucket buffers of a push, made at the first
         # generation.weight_transfer=nccl: pushes go from this GPU to vLLM's workers, not over gloo.
         nccl = getattr(spec.generation_cfg, "weight_transfer", None) == "nccl"

@@ -14,7 +14,7 @@ stream in order:
   it back, each token tagged with the version that produced it; queued jobs
   are taken by step, so a refill goes before later steps;
 - ``push``: receive new weights (a broadcast) and swap them in, between decode
-  steps when the plan allows in-flight updates (PipelineRL, arXiv 2510.13786
+  steps when the run allows in-flight updates (PipelineRL, arXiv 2510.13786
   §3.1): sequences in flight and their KV cache are kept; with vLLM's NCCL data
   plane the broadcast goes to vLLM's workers, joined once (``weights_group``);
 - ``probe``: return the generator-side logits of given inputs (checks that a
@@ -55,7 +55,7 @@ from scalerl.generation.engines.base import EngineContext
 from scalerl.generation.engines.interface import SamplingParams
 from scalerl.generation.fleet.transport import PROBE_TAG, Spoke, TransportError, poll_until
 from scalerl.generation.transfer.trust import secret_from_env
-from scalerl.generation.transfer.buckets import TensorSpec, layout, unpack
+from scalerl.generation.transfer.buckets import TensorSpec, lay_out, unpack
 from scalerl.generation.transfer.vllm_nccl import entered_key, joining_key, update_info
 from scalerl.models.load import load_model
 from scalerl.models.policy import Policy, positions_from_mask
@@ -155,7 +155,7 @@ class GeneratorServer:
                 # no full-model receive buffer, and a large tensor straight into its weights, with
                 # no copy (buckets.py). Whatever the engine leaves unread is still received: every
                 # generator must take every bucket of the broadcast.
-                named = unpack(layout(self.spec.schema, payload["bucket_bytes"]),
+                named = unpack(lay_out(self.spec.schema, payload["bucket_bytes"]),
                                lambda b: self.spoke.recv_broadcast([b]), into=lambda s: self.weights.get(s.name))
                 self.generator.load_weights(named, payload["version"])
                 for _ in named:

@@ -108,7 +108,7 @@ class Layout:
 
     def pieces(self, i: int) -> Iterator[tuple[int, int, int, int]]:
         """Tensor i's parts: ``(bucket k, byte offset in bucket k, start, stop)`` with start/stop
-        its own byte range. Cuts fall on element boundaries (``layout`` checks the bucket size)."""
+        its own byte range. Cuts fall on element boundaries (``lay_out`` checks the bucket size)."""
         at, end = self.offsets[i], self.offsets[i] + self.specs[i].nbytes
         while at < end:
             k = bisect_right(self.starts, at) - 1
@@ -162,42 +162,42 @@ class _Cuts:
                       tuple(self.ends), tuple(self.own))
 
 
-def layout(schema: Sequence[TensorSpec], bucket_bytes: int = BUCKET_BYTES) -> Layout:
+def lay_out(schema: Sequence[TensorSpec], bucket_bytes: int = BUCKET_BYTES) -> Layout:
     cuts = _Cuts(bucket_bytes)
     for s in schema:
         cuts.add(s)
     return cuts.layout(schema)
 
 
-def in_order(plan: Layout, state: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
+def in_order(layout: Layout, state: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
              ) -> Iterator[tuple[int, torch.Tensor]]:
     """``(index in the schema, tensor)`` for a dict (taken in schema order; its names are checked
     here, before anything is announced) or for ``(name, tensor)`` pairs, which must come in schema
     order (each is checked as it comes: a gathering iterator cannot be read ahead)."""
     if isinstance(state, Mapping):
-        missing = [s.name for s in plan.specs if s.name not in state]
+        missing = [s.name for s in layout.specs if s.name not in state]
         if missing:
             raise KeyError(f"weight push: the state lacks {missing[:3]} of the push schema")
-        state = [(s.name, state[s.name]) for s in plan.specs]
-    return _checked(plan, iter(state))
+        state = [(s.name, state[s.name]) for s in layout.specs]
+    return _checked(layout, iter(state))
 
 
-def _checked(plan: Layout, pairs: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[int, torch.Tensor]]:
+def _checked(layout: Layout, pairs: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[int, torch.Tensor]]:
     n = 0
     for i, (name, t) in enumerate(pairs):
-        if i >= len(plan.specs) or name != plan.specs[i].name:
-            want = repr(plan.specs[i].name) if i < len(plan.specs) else "nothing (the schema has ended)"
+        if i >= len(layout.specs) or name != layout.specs[i].name:
+            want = repr(layout.specs[i].name) if i < len(layout.specs) else "nothing (the schema has ended)"
             raise ValueError(f"weight push: got {name!r} at position {i}, the schema's is {want}")
-        if tuple(t.shape) != plan.specs[i].shape:
-            raise ValueError(f"weight push: {name} has shape {tuple(t.shape)}, the schema says {plan.specs[i].shape}")
+        if tuple(t.shape) != layout.specs[i].shape:
+            raise ValueError(f"weight push: {name} has shape {tuple(t.shape)}, the schema says {layout.specs[i].shape}")
         yield i, t
         del t  # not held while the next one is gathered
         n += 1
-    if n != len(plan.specs):
-        raise ValueError(f"weight push: got {n} tensors, the schema has {len(plan.specs)}")
+    if n != len(layout.specs):
+        raise ValueError(f"weight push: got {n} tensors, the schema has {len(layout.specs)}")
 
 
-def pack(plan: Layout, named: Iterable[tuple[int, torch.Tensor]], bufs: Sequence[torch.Tensor],
+def pack(layout: Layout, named: Iterable[tuple[int, torch.Tensor]], bufs: Sequence[torch.Tensor],
          reuse: Callable[[int], None] = lambda b: None) -> Iterator[tuple[int, torch.Tensor]]:
     """Copy the tensors (``in_order``'s pairs) into buckets, cast to the schema's dtypes; yields
     ``(k, bucket k)`` once it is full. Buckets fill ``bufs`` (uint8) one buffer at a time, back to
@@ -211,7 +211,7 @@ def pack(plan: Layout, named: Iterable[tuple[int, torch.Tensor]], bufs: Sequence
     def place(k: int) -> torch.Tensor:  # bucket k's view, placed in order of k
         nonlocal filling, fill
         if k not in views:
-            n = plan.bucket_size(k)
+            n = layout.bucket_size(k)
             if fill is None or fill + n > bufs[filling].numel():
                 filling, fill = (filling + 1) % len(bufs), 0
                 reuse(filling)
@@ -220,9 +220,9 @@ def pack(plan: Layout, named: Iterable[tuple[int, torch.Tensor]], bufs: Sequence
 
     k = 0
     for i, t in named:
-        spec = plan.specs[i]
+        spec = layout.specs[i]
         flat, size = t.detach().reshape(-1), spec.nbytes // max(spec.numel, 1)
-        for kb, off, a, b in plan.pieces(i):
+        for kb, off, a, b in layout.pieces(i):
             while k < kb:  # every bucket before kb is complete
                 yield k, views.pop(k)
                 k += 1
@@ -232,23 +232,23 @@ def pack(plan: Layout, named: Iterable[tuple[int, torch.Tensor]], bufs: Sequence
             # CPU; vLLM's NCCL plane takes buckets on the GPU: vllm_nccl.py).
             place(kb)[off : off + b - a].view(spec.torch_dtype).copy_(flat[a // size : b // size])
         del t, flat  # a gathered tensor goes before the next is gathered
-    while k < plan.n_buckets:
+    while k < layout.n_buckets:
         yield k, place(k)
         views.pop(k)
         k += 1
 
 
-def packed_bytes(plan: Layout) -> int:
+def packed_bytes(layout: Layout) -> int:
     """The bytes ``pack`` needs to hold every bucket back to back (16-aligned): a sender's buffers
     need be no larger (a small model's push fits one)."""
-    return sum(-(-plan.bucket_size(k) // ALIGN) * ALIGN for k in range(plan.n_buckets))
+    return sum(-(-layout.bucket_size(k) // ALIGN) * ALIGN for k in range(layout.n_buckets))
 
 
 def pack_all(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCKET_BYTES
              ) -> tuple[list[TensorSpec], list[torch.Tensor]]:
     """A snapshot of ``(name, tensor)`` pairs as the schema they make and all of their buckets, for
     a sender that must hold the bytes until a later moment (vLLM's relay: an update lands between two
-    decode steps, the pairs arrive before). The bytes are those ``layout(schema, bucket_bytes)``
+    decode steps, the pairs arrive before). The bytes are those ``lay_out(schema, bucket_bytes)``
     describes, so ``unpack`` reads them back; built as the pairs come, with no schema in advance."""
     cuts = _Cuts(bucket_bytes)
     schema: list[TensorSpec] = []
@@ -267,11 +267,11 @@ def pack_all(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCK
             bufs[k][off : off + n].copy_(raw[done : done + n])
             done += n
         schema.append(spec)
-    plan = cuts.layout(schema)
-    return schema, [b[: plan.bucket_size(k)] for k, b in enumerate(bufs)]
+    layout = cuts.layout(schema)
+    return schema, [b[: layout.bucket_size(k)] for k, b in enumerate(bufs)]
 
 
-def unpack(plan: Layout, recv: Callable[[torch.Tensor], Callable[[], None]],
+def unpack(layout: Layout, recv: Callable[[torch.Tensor], Callable[[], None]],
            into: Optional[Callable[[TensorSpec], Optional[torch.Tensor]]] = None) -> Iterator[tuple[str, torch.Tensor]]:
     """The pushed ``(name, tensor)`` pairs in schema order, receiving bucket by bucket.
 
@@ -294,24 +294,24 @@ def unpack(plan: Layout, recv: Callable[[torch.Tensor], Callable[[], None]],
 
     def dest(i: int) -> Optional[torch.Tensor]:
         if i not in dests:
-            spec, t = plan.specs[i], into(plan.specs[i]) if into is not None else None
+            spec, t = layout.specs[i], into(layout.specs[i]) if into is not None else None
             ok = (t is not None and t.device.type == "cpu" and t.dtype == spec.torch_dtype
                   and tuple(t.shape) == spec.shape and t.is_contiguous())
             dests[i] = t.reshape(-1).view(torch.uint8) if ok else None
         return dests[i]
 
     def in_place(k: int) -> bool:
-        return plan.own[k] >= 0 and dest(plan.own[k]) is not None
+        return layout.own[k] >= 0 and dest(layout.own[k]) is not None
 
     def start(k: int) -> None:
-        i, size = plan.own[k], plan.bucket_size(k)
+        i, size = layout.own[k], layout.bucket_size(k)
         if in_place(k):
-            at = plan.starts[k] - plan.offsets[i]
+            at = layout.starts[k] - layout.offsets[i]
             view, buf = dests[i][at : at + size], None
         else:
             buf = next((spare.pop(j) for j, b in enumerate(spare) if _alone(b)), None)
             if buf is None:
-                buf = torch.empty(plan.bucket_bytes, dtype=torch.uint8)
+                buf = torch.empty(layout.bucket_bytes, dtype=torch.uint8)
             view = buf[:size]
         pending.append((buf, view, recv(view)))
 
@@ -322,7 +322,7 @@ def unpack(plan: Layout, recv: Callable[[torch.Tensor], Callable[[], None]],
         bytes start only once its receive is posted (gloo), so each wait would otherwise be a round
         trip to the sender; in-place ones cost no memory."""
         nonlocal posted
-        while posted < plan.n_buckets and len(pending) < AHEAD:
+        while posted < layout.n_buckets and len(pending) < AHEAD:
             if not in_place(posted) and any(buf is not None for buf, _, _ in pending):
                 return
             start(posted)
@@ -342,9 +342,9 @@ def unpack(plan: Layout, recv: Callable[[torch.Tensor], Callable[[], None]],
         k += 1
         post_ahead()
 
-    for i, spec in enumerate(plan.specs):
-        parts = list(plan.pieces(i))
-        if parts and plan.own[parts[0][0]] == i and in_place(parts[0][0]):
+    for i, spec in enumerate(layout.specs):
+        parts = list(layout.pieces(i))
+        if parts and layout.own[parts[0][0]] == i and in_place(parts[0][0]):
             while k < parts[-1][0]:  # its buckets arrive in place
                 advance()
             yield spec.name, dests.pop(i).view(spec.torch_dtype).view(spec.shape)
@@ -360,7 +360,7 @@ def unpack(plan: Layout, recv: Callable[[torch.Tensor], Callable[[], None]],
                 joined[a:b].copy_(cur[off : off + b - a])
         yield spec.name, out.view(spec.torch_dtype).view(spec.shape)
         del out, joined
-    while k + 1 < plan.n_buckets:  # trailing buckets (none in a well-formed layout): keep the collective whole
+    while k + 1 < layout.n_buckets:  # trailing buckets (none in a well-formed layout): keep the collective whole
         advance()
 
 

@@ -34,7 +34,7 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
-from scalerl.generation.transfer.buckets import BUCKET_BYTES, TensorSpec, layout, pack_all, unpack
+from scalerl.generation.transfer.buckets import BUCKET_BYTES, TensorSpec, lay_out, pack_all, unpack
 from scalerl.generation.transfer.trust import LOOPBACK, abort_groups, broadcast, gloo_group, handshake, hosting_store, seconds
 from scalerl.generation.transfer.vllm_reload import LayerwiseReload
 
@@ -59,7 +59,7 @@ class GlooInitInfo(WeightTransferInitInfo):
 
 @dataclass
 class GlooUpdateInfo(WeightTransferUpdateInfo):
-    """One update's schema; the bytes follow as a broadcast of ``layout(schema, bucket_bytes)``."""
+    """One update's schema; the bytes follow as a broadcast of ``lay_out(schema, bucket_bytes)``."""
 
     names: list[str] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=list)
@@ -95,7 +95,7 @@ class GlooWeightTransferEngine(LayerwiseReload, WeightTransferEngine[GlooInitInf
             (work,) = broadcast(self.group, [buf], self.timeout_s)
             return lambda: work.wait(seconds(self.timeout_s))
 
-        named = unpack(layout(update_info.schema(), update_info.bucket_bytes), recv)
+        named = unpack(lay_out(update_info.schema(), update_info.bucket_bytes), recv)
         self.model.load_weights((n, t.to(self.device)) for n, t in named)
         for _ in named:  # every rank takes every bucket of the broadcast, read or not
             pass

@@ -57,7 +57,7 @@ def chunks(schema: Sequence[TensorSpec], chunk_bytes: int = CHUNK_BYTES) -> list
     return out
 
 
-def pack_chunks(schema: Sequence[TensorSpec], plan: list[range], named: Iterable[tuple[int, torch.Tensor]],
+def pack_chunks(schema: Sequence[TensorSpec], chunk_rows: list[range], named: Iterable[tuple[int, torch.Tensor]],
                 empty: Callable[[int], torch.Tensor]) -> Iterator[torch.Tensor]:
     """The chunks' bytes in order: each tensor (``buckets.in_order``'s pairs) cast to its spec's
     dtype straight into ``empty(nbytes)`` (a uint8 buffer on the sending GPU), back to back with
@@ -65,7 +65,7 @@ def pack_chunks(schema: Sequence[TensorSpec], plan: list[range], named: Iterable
     the caller broadcasts it before taking the next (in stream order on one CUDA stream, so the
     caching allocator may hand the same memory to the next chunk)."""
     pairs = iter(named)
-    for rows in plan:
+    for rows in chunk_rows:
         buf = empty(sum(schema[i].nbytes for i in rows))
         at = 0
         for i in rows:
@@ -111,7 +111,7 @@ class NcclPlane:
                  chunk_bytes: int = CHUNK_BYTES):
         """``n`` generator processes of ``shards`` vLLM workers each (tensor-parallel ranks)."""
         self.schema, self.device, self.n, self.shards = tuple(schema), torch.device(device), n, shards
-        self.chunk_bytes, self.plan = chunk_bytes, chunks(schema, chunk_bytes)
+        self.chunk_bytes, self.chunk_rows = chunk_bytes, chunks(schema, chunk_bytes)
         self.world = 1 + n * shards
         self.comm = None
 
@@ -144,7 +144,7 @@ class NcclPlane:
         # All on the device's current stream: each chunk's cast, its broadcast, then the next chunk,
         # which may reuse the same memory (the caching allocator orders reuse by stream); the
         # optimizer step after the push changes a weight only after its cast, by the same order.
-        for buf in pack_chunks(self.schema, self.plan, named,
+        for buf in pack_chunks(self.schema, self.chunk_rows, named,
                                lambda n: torch.empty(n, dtype=torch.uint8, device=self.device)):
             nccl.broadcast([buf], root=0, comms=[self.comm])
         done = torch.cuda.Event()
