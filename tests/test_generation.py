@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from scalerl.core.errors import ConfigError
-from scalerl.generation import GENERATORS, vllm_option
+from scalerl.generation import GENERATORS
+from scalerl.generation.engines import vllm_option
 from scalerl.generation.engines.torch_engine import TorchGenerator
 
 

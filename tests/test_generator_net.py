@@ -143,7 +143,7 @@ class _Rows(list):
 def _server(monkeypatch, spoke):
     import torch
 
-    from scalerl.generation import worker
+    from scalerl.generation.fleet import worker
 
     engine = _Engine()
     monkeypatch.setattr(worker, "build_engine", lambda spec: engine)

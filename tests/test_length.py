@@ -5,7 +5,7 @@ from transformers import DynamicCache
 from scalerl.generation import SamplingParams
 from scalerl.generation.engines.torch_engine import TorchGenerator
 from scalerl.length import LENGTHS
-from scalerl.length.interrupt import InterruptConfig, interrupt_plan
+from scalerl.length.interrupt import InterruptConfig, interrupt_limits
 from scalerl.length.penalty import PenaltyConfig, overlong_penalty
 
 EOS, PAD, FILLER = 2, 0, 7
@@ -64,10 +64,10 @@ def test_no_interrupt_means_plain_budget():
     assert g.present.sum(-1).tolist() == [5, 5] and g.truncated.all()
 
 
-def test_interrupt_plan_samples_inside_bounds():
+def test_interrupt_limits_samples_inside_bounds():
     cfg = InterruptConfig(max_new_tokens=100, lo=0.8, hi=0.9, answer_budget=10)
     assert cfg.bounds() == (80, 90)
-    plan = interrupt_plan(5000, torch.Generator().manual_seed(0), cfg=cfg)
+    plan = interrupt_limits(5000, torch.Generator().manual_seed(0), cfg=cfg)
     assert int(plan.interrupt_at.min()) == 80 and int(plan.interrupt_at.max()) == 90
     assert plan.phrase.endswith("</think>") and plan.answer_budget == 10
     assert LENGTHS["truncate"].fn(3, None, cfg=None).interrupt_at is None

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from scalerl.config import ConfigError, check_environment, compose, validate
-from scalerl.generation import vllm_nccl
+from scalerl.generation.transfer import vllm_nccl
 from scalerl.generation.transfer.buckets import in_order, lay_out, weight_schema
 from scalerl.generation.transfer.vllm_nccl import NcclPlane, chunks, entered_key, init_info, joining_key, pack_chunks, update_info
 
@@ -210,7 +210,7 @@ def test_a_push_gathers_and_broadcasts_only_after_every_generator_entered_vllms_
 
 
 def test_a_generator_process_says_so_before_each_nccl_step(monkeypatch):
-    from scalerl.generation import worker
+    from scalerl.generation.fleet import worker
 
     log = []
 

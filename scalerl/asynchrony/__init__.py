@@ -12,7 +12,7 @@ bound) that the schedule and its tests share.
 The package is named ``asynchrony`` because ``async`` is a Python keyword;
 the config group, ``conf/async/`` and the overrides are ``async``
 (``async=pipeline_rl async.max_lag=4``). Must not know about models,
-processes or the training loop: the schedule that carries a plan out lives in
+processes or the training loop: the schedule that carries the option out lives in
 ``scalerl/train/schedule.py`` and ``scalerl/train/pipeline.py``, the generator
 process in ``scalerl/generation/``. To add an option: a module here,
 ``conf/async/<name>.yaml``, one line below.

@@ -1,4 +1,4 @@
-"""The length-control contract, the shared schema and the plan it returns."""
+"""The length-control contract, the shared schema and the limits it returns."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -36,7 +36,7 @@ class LengthConfig:
 
 
 @dataclass
-class LengthPlan:
+class LengthLimits:
     interrupt_at: Optional[Tensor] = None
     """(n,) long free-token count at which to interrupt; None: never."""
     phrase: str = ""
@@ -48,13 +48,13 @@ class LengthPlan:
     half the task's reward gap, (correct_reward - wrong_reward) / 2: with the paper's ±1
     rewards that is R_len exactly, and a correct answer always scores above a wrong one."""
 
-    def select(self, rows: slice) -> "LengthPlan":
-        """The plan of ``rows`` of the batch it was drawn for (one rank's share)."""
+    def select(self, rows: slice) -> "LengthLimits":
+        """The limits of ``rows`` of the batch it was drawn for (one rank's share)."""
         at = None if self.interrupt_at is None else self.interrupt_at[rows]
         return replace(self, interrupt_at=at)
 
 
 class LengthFn(Protocol):
-    """The plan for a batch of ``n`` completions, drawing any randomness from ``rng``."""
+    """The limits for a batch of ``n`` completions, drawing any randomness from ``rng``."""
 
-    def __call__(self, n: int, rng: Generator) -> LengthPlan: ...
+    def __call__(self, n: int, rng: Generator) -> LengthLimits: ...

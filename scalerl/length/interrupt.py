@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from scalerl.core.errors import check
 from scalerl.core.lazy import torch
-from scalerl.length.base import LengthConfig, LengthPlan
+from scalerl.length.base import LengthConfig, LengthLimits
 
 PAPER_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
@@ -50,7 +50,7 @@ class InterruptConfig(LengthConfig):
         return lo, max(lo, math.floor(self.hi * self.max_new_tokens))
 
 
-def interrupt_plan(n: int, rng, *, cfg: InterruptConfig) -> LengthPlan:
+def interrupt_limits(n: int, rng, *, cfg: InterruptConfig) -> LengthLimits:
     lo, hi = cfg.bounds()
     at = torch.randint(lo, hi + 1, (n,), generator=rng)
-    return LengthPlan(interrupt_at=at, phrase=cfg.phrase, answer_budget=cfg.answer_budget, think_end=cfg.think_end)
+    return LengthLimits(interrupt_at=at, phrase=cfg.phrase, answer_budget=cfg.answer_budget, think_end=cfg.think_end)

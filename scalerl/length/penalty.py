@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from scalerl.core.errors import check
-from scalerl.length.base import LengthConfig, LengthPlan
+from scalerl.length.base import LengthConfig, LengthLimits
 
 
 @dataclass
@@ -32,5 +32,5 @@ def overlong_penalty(lengths, l_max: int, l_cache: int):
     return ((l_max - lengths.float()) / l_cache - 1.0).clamp(-1.0, 0.0)
 
 
-def penalty_plan(n: int, rng, *, cfg: PenaltyConfig) -> LengthPlan:
-    return LengthPlan(penalty=partial(overlong_penalty, l_max=cfg.max_new_tokens, l_cache=cfg.l_cache))
+def penalty_limits(n: int, rng, *, cfg: PenaltyConfig) -> LengthLimits:
+    return LengthLimits(penalty=partial(overlong_penalty, l_max=cfg.max_new_tokens, l_cache=cfg.l_cache))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.length.base import LengthConfig, LengthPlan
+from scalerl.length.base import LengthConfig, LengthLimits
 
 
 @dataclass
@@ -12,5 +12,5 @@ class TruncateConfig(LengthConfig):
     pass
 
 
-def truncate_plan(n: int, rng, *, cfg: TruncateConfig) -> LengthPlan:
-    return LengthPlan()
+def truncate_limits(n: int, rng, *, cfg: TruncateConfig) -> LengthLimits:
+    return LengthLimits()

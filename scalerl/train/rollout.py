@@ -2,7 +2,7 @@
 
 Returns everything the update needs, for this rank's shard of the step's
 prompts. The only axis-specific behaviour comes from the run's recipe: the
-length plan (``recipe.plan_lengths``), the keep mask and the refill rounds
+length limits (``recipe.plan_lengths``), the keep mask and the refill rounds
 (``recipe.keep``, ``recipe.refill_rounds``).
 """
 from __future__ import annotations
@@ -68,14 +68,14 @@ def prompt_seeds(seed: int, step: int, round_: int, n: int) -> torch.Tensor:
 
 
 def plan_rng(seed: int, step: int, round_: int) -> torch.Generator:
-    """The generator a step's length plan is drawn from (for the whole global batch)."""
+    """The generator a step's length limits are drawn from (for the whole global batch)."""
     return torch.Generator().manual_seed(mix_seed(seed, step, round_, 1 << 40))
 
 
 @dataclass
 class Request:
     """What a generator is asked for: one batch's prompts and sampling settings, plus what
-    scoring its completions needs afterwards (the problems and the length plan's penalty)."""
+    scoring its completions needs afterwards (the problems and the length limits' penalty)."""
 
     problems: list
     index: list[int]
@@ -85,7 +85,7 @@ class Request:
 
 
 def make_request(problems, index, group: int, *, seeds, plan, tok, max_new_tokens: int, temperature) -> Request:
-    """Encode the prompts. seeds: (P,) per-prompt sampling seeds; plan: the length plan of
+    """Encode the prompts. seeds: (P,) per-prompt sampling seeds; plan: the length limits of
     these P*group rows."""
     prompts = [encode_prompt(tok, p.prompt) for p in problems]
     params = SamplingParams(
@@ -169,7 +169,7 @@ def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, ste
             refill_rounds, sampler, **gen_kw) -> Rollout:
     """One step's rollout for this rank's prompts ``step_prompts[mine]``.
 
-    Seeds and the length plan are drawn for the whole global batch and this
+    Seeds and the length limits are drawn for the whole global batch and this
     rank takes its share, so the completions do not depend on the rank count.
     With ``refill_rounds`` > 0 (DAPO dynamic sampling, one rank), groups the
     filter would drop are replaced by fresh prompts from ``sampler`` until

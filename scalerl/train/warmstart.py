@@ -21,7 +21,7 @@ from filelock import FileLock
 from scalerl import models
 from scalerl.core.hashing import stable_hash
 from scalerl.generation.engines import TorchGenerator
-from scalerl.length.base import LengthPlan
+from scalerl.length.base import LengthLimits
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy, token_logprobs
 from scalerl.precision.base import linear_head
@@ -130,9 +130,9 @@ def warm_start_checkpoint(cfg, base: Path, task, tok, cache: Path, *, log=print,
 # ---------------------------------------------------------------- building one
 
 
-def no_length_control(n: int, rng) -> LengthPlan:
+def no_length_control(n: int, rng) -> LengthLimits:
     """Plain truncation at the budget: the warm start's answers are short."""
-    return LengthPlan()
+    return LengthLimits()
 
 
 def cached_warm_start(src: Path, dst: Path, cfg, task, log=print) -> Path:

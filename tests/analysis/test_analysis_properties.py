@@ -1,4 +1,4 @@
-"""Property-based: `analysis fit`, `extrapolate` and `plan` on whatever a run directory may hold
+"""Property-based: `analysis fit`, `extrapolate` and `budget` on whatever a run directory may hold
 (issue 29 "done when", points 2-4).
 
 Declining, flat, collapsing, NaN-laden, non-monotone, single-point and oversized inputs:
@@ -95,16 +95,16 @@ def test_extrapolate_gives_a_status_or_one_line(sweep, seed):
 @SETTINGS
 @given(SWEEPS, st.integers(0, 2**16), st.sampled_from(["1e14", "1e16", "1e19"]))
 def test_plan_gives_a_status_or_one_line(sweep, seed, budget):
-    check("plan", sweep, seed, ("--n-boot", "20", "--budget", budget))
+    check("budget", sweep, seed, ("--n-boot", "20", "--budget", budget))
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(SWEEPS, st.integers(0, 2**16), st.sampled_from(["fit", "extrapolate", "plan"]))
+@given(SWEEPS, st.integers(0, 2**16), st.sampled_from(["fit", "extrapolate", "budget"]))
 def test_oversized_inputs_are_one_line(sweep, seed, command):
     bound = io.MAX_BYTES
     io.MAX_BYTES = 200          # every metrics.jsonl of more than a row or two is "oversized"
     try:
-        extra = ("--n-boot", "0") + (("--budget", "1e16") if command == "plan" else ())
+        extra = ("--n-boot", "0") + (("--budget", "1e16") if command == "budget" else ())
         check(command, sweep, seed, extra)
     finally:
         io.MAX_BYTES = bound

@@ -5,7 +5,7 @@ import pandas as pd
 from analysis.extrapolation import extrapolation_check
 from analysis.fit import FitOptions, fit_sigmoid
 from analysis.models import sigmoid
-from analysis.plan import plan, plot_plan
+from analysis.budget import at_budget, plot_budget
 from analysis.plots import _draw_curve, axis_label, plot_extrapolation
 from analysis.runs import curves, fit_runs
 from analysis.synthetic import simulate_curve
@@ -34,9 +34,9 @@ def test_plan_gives_no_p_best_to_an_untrustworthy_forecast_and_draws_none():
                            "reward": np.r_[np.clip(good, 0, 1), unidentified()]})
     options = FitOptions(n_boot=50)
     fits = fit_runs(points, options)
-    table = plan(points, 1e4, options, fits=fits).set_index("arm")
+    table = at_budget(points, 1e4, options, fits=fits).set_index("arm")
     assert np.isnan(table.loc["unid", "p_best"]) and table.loc["good", "p_best"] == 1.0
-    fig = plot_plan(table.reset_index(), fits, curves(points), 1e4, level=0.95)
+    fig = plot_budget(table.reset_index(), fits, curves(points), 1e4, level=0.95)
     ax = fig.axes[0]
     unid_lines = [ln for ln in ax.get_lines() if "unid" in str(ln.get_label())]
     assert unid_lines and all(ln.get_xdata().max() <= fits["unid"].last_compute for ln in unid_lines)

@@ -16,12 +16,12 @@ function of the test, run inside the program's process (the whole expression is 
 operand), and so does a comparison of two values both computed in the sandbox. Every
 operand is evaluated, left to right, even where ``and``/``or`` would skip it.
 
->>> steps, checks = plan("x = 3\\nassert f(x) == [1, 2], 'msg'")
+>>> steps, checks = split_asserts("x = 3\\nassert f(x) == [1, 2], 'msg'")
 >>> steps
 [['exec', 'x = 3'], ['eval', [['f(x)', False]]]]
 >>> judge(checks, [[[1, 2]]]), judge(checks, [[[1, 3]]])
 (True, False)
->>> judge(plan("assert not g(1) and abs(h(2) - 0.5) < 1e-9")[1], [[False, 0.5]])
+>>> judge(split_asserts("assert not g(1) and abs(h(2) - 0.5) < 1e-9")[1], [[False, 0.5]])
 True
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ class _Split(ast.NodeTransformer):
                 and all(k.arg in ("rel_tol", "abs_tol") for k in node.keywords))
 
 
-def plan(source: str) -> tuple[list, list]:
+def split_asserts(source: str) -> tuple[list, list]:
     """(steps for the harness, checks for ``judge``). Steps run in order in the program's
     namespace: ``["exec", statement]``, or ``["eval", [[operand, iterable], ...]]`` for each
     top-level assert. Raises ``SyntaxError`` for a test that does not parse."""

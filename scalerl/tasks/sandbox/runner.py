@@ -212,8 +212,8 @@ class Sandbox:
         c = self.cfg
         tests, checks = list(job.tests), None
         if job.style == "assert":  # operands go in, the comparisons stay here (asserts.py)
-            planned = [_plan(t) for t in job.tests]
-            tests, checks = [p[0] for p in planned], [p[1] for p in planned]
+            parts = [_split(t) for t in job.tests]
+            tests, checks = [p[0] for p in parts], [p[1] for p in parts]
         uid = UID_BASE + secrets.randbelow(UID_SPAN) if self.root else None
         workdir = tempfile.mkdtemp(prefix="scalerl-sandbox-")
         payload = {"code": job.code, "style": job.style, "tests": tests, "fn_name": job.fn_name,
@@ -264,9 +264,9 @@ class Sandbox:
         return RunResult("ok", tests, self.isolation, report["setup"].get("network", ""), stderr, report["setup"])
 
 
-def _plan(test: str) -> tuple[list, list | None]:
+def _split(test: str) -> tuple[list, list | None]:
     try:
-        return asserts.plan(test)
+        return asserts.split_asserts(test)
     except (SyntaxError, ValueError, RecursionError):  # graded as failed (None), never run
         return [["exec", "raise SyntaxError('the test does not parse')"]], None
 

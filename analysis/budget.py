@@ -1,4 +1,4 @@
-"""Which arm wins at my budget?  `python -m analysis plan PATH --budget C`.
+"""Which arm wins at my budget?  `python -m analysis budget PATH --budget C`.
 
 For each arm (a run, or the seeds of one recipe together) the fitted sigmoid (arXiv
 2510.13786 §1) is evaluated at the budget C: the predicted reward, its bootstrap interval,
@@ -8,8 +8,8 @@ best arm of each draw gets a vote, and an arm's share of the votes is its probab
 arm with several seeds averages its seeds' replicate i, so the probability reflects eval
 noise; seeds are what let it see training randomness too (see analysis/README.md).
 
-    table = plan(points, budget=2e16)                 # pure: points in, one row per arm out
-    analyze_plan("outputs/sweeps/loss", "out/", budget=2e16)   # + plan.csv, plan.png, printed
+    table = at_budget(points, budget=2e16)              # pure: points in, one row per arm out
+    analyze_budget("outputs/sweeps/loss", "out/", budget=2e16)   # + budget.csv, budget.png, printed
 
 The figure draws every arm's points, its fitted curve out to the budget (dashed past its
 data) with the bootstrap band, and the predicted reward at the budget.
@@ -44,7 +44,7 @@ def _replicates(fits, budget):
     return np.mean([b[:n] for b in boots], axis=0)
 
 
-def plan(points, budget, options: FitOptions = FitOptions(), fits=None) -> pd.DataFrame:
+def at_budget(points, budget, options: FitOptions = FitOptions(), fits=None) -> pd.DataFrame:
     """One row per arm: predicted reward at `budget`, its interval and P(best at budget), best first."""
     if not (np.isfinite(budget) and budget > 0):
         raise ValueError(f"budget must be a compute > 0, got {budget!r}")
@@ -93,7 +93,7 @@ def plan(points, budget, options: FitOptions = FitOptions(), fits=None) -> pd.Da
     return table
 
 
-def format_plan(table: pd.DataFrame) -> str:
+def format_budget(table: pd.DataFrame) -> str:
     if table.empty:
         return "(no runs)"
     budget = table["budget"].iloc[0]
@@ -110,7 +110,7 @@ def format_plan(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot_plan(table, fits, data, budget, *, level, title="plan", axis_label="compute"):
+def plot_budget(table, fits, data, budget, *, level, title="budget", axis_label="compute"):
     """Every arm's points and fitted curve out to the budget, with bands and R(budget)."""
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(8.6, 5.2), layout="constrained")
@@ -170,28 +170,28 @@ def plot_plan(table, fits, data, budget, *, level, title="plan", axis_label="com
     return fig
 
 
-def analyze_plan(path, out_dir, budget, options: FitOptions = FitOptions(), *, axis="compute",
+def analyze_budget(path, out_dir, budget, options: FitOptions = FitOptions(), *, axis="compute",
                  plots="all", quiet=False, metrics=(io.REWARD_KEY,)):
-    """Read a sweep (or points CSV), plan at `budget`: writes plan.csv (and plan.png); returns the table.
-    metrics: the metrics.jsonl column(s) to plan on, as in `fit`. InputError if there are no runs."""
+    """Read a sweep (or points CSV), forecast every arm at `budget`: writes budget.csv (and budget.png); returns the table.
+    metrics: the metrics.jsonl column(s) to forecast, as in `fit`. InputError if there are no runs."""
     out = Path(out_dir)
     points = path.copy() if isinstance(path, pd.DataFrame) else io.read_points(path, axis=axis, metrics=tuple(metrics))
     if points.empty:
-        raise io.InputError(f"no runs found in {path}: nothing to plan")
+        raise io.InputError(f"no runs found in {path}: nothing to forecast")
     ids = outputs.run_ids(points)
     settings = {**asdict(options), "axis": axis, "budget": float(budget), "metrics": list(metrics)}
-    outputs.claim(out, "plan", ids, settings, quiet=quiet)      # an other plan moves to previous/
+    outputs.claim(out, "budget", ids, settings, quiet=quiet)      # another forecast moves to previous/
     fits = fit_runs(points, options)
-    table = plan(points, budget, options, fits=fits)
+    table = at_budget(points, budget, options, fits=fits)
     written = []
-    if plots != "none":     # the figure first: a failure there leaves no plan.csv without its record
+    if plots != "none":     # the figure first: a failure there leaves no budget.csv without its record
         title = "sweep" if isinstance(path, pd.DataFrame) else Path(str(path)).name
-        written.append(io.save_figure(plot_plan(table, fits, curves(points), budget, title=title,
+        written.append(io.save_figure(plot_budget(table, fits, curves(points), budget, title=title,
                                                 level=options.level, axis_label=axis_label(path, axis)),
-                                      out / "plan.png"))
-    written.insert(0, io.write_csv(table, out / "plan.csv"))
-    outputs.record(out, "plan", ids, settings, written)
+                                      out / "budget.png"))
+    written.insert(0, io.write_csv(table, out / "budget.csv"))
+    outputs.record(out, "budget", ids, settings, written)
     if not quiet:
-        print(format_plan(table))
-        print(f"\nwrote {out / 'plan.csv'}" + ("" if plots == "none" else f" and {out / 'plan.png'}"))
+        print(format_budget(table))
+        print(f"\nwrote {out / 'budget.csv'}" + ("" if plots == "none" else f" and {out / 'budget.png'}"))
     return table
