@@ -2,9 +2,10 @@
 
 Owns: the sigmoid and power-law models (models), the fits and their statuses (fit,
 solver, baseline), uncertainty (uncertainty), the tidy runs table (runs), ranking
-(leaderboard), extrapolation checks (extrapolation), figures (plots), the sweep's HTML
-report (page: report.html, Plotly charts), every file and
-network read or write (io, report), and the CLI (cli, __main__).
+(leaderboard), extrapolation checks (extrapolation), the forecast at a budget (budget),
+figures (plots), the sweep's HTML report (page: report.html, Plotly charts), every file and
+network read or write (io: runs from disk or W&B; points_csv: a points CSV; writing: atomic
+results; report), and the CLI (cli, __main__).
 Must not know about: torch, the trainer or anything in `scalerl` -- it reads what runs
 leave on disk (metrics.jsonl, config.yaml, summary.json) or in W&B, nothing else.
 Every fit setting travels as one frozen fit.FitOptions, validated when built.

@@ -24,10 +24,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import io, outputs
+from analysis import io, outputs, writing
 from analysis.fit import FitOptions
 from analysis.models import sigmoid
 from analysis.plots import STYLE, axis_label, colors, compute_span
+from analysis.points_csv import read_points
 from analysis.runs import axis_columns, curves, fit_runs, points_table, run_table
 
 COLUMNS = ["arm", "runs", "n_seeds", "status", "pred", "pred_lo", "pred_hi", "p_best", "budget",
@@ -175,7 +176,7 @@ def analyze_budget(path, out_dir, budget, options: FitOptions = FitOptions(), *,
     """Read a sweep (or points CSV), forecast every arm at `budget`: writes budget.csv (and budget.png); returns the table.
     metrics: the metrics.jsonl column(s) to forecast, as in `fit`. InputError if there are no runs."""
     out = Path(out_dir)
-    points = path.copy() if isinstance(path, pd.DataFrame) else io.read_points(path, axis=axis, metrics=tuple(metrics))
+    points = path.copy() if isinstance(path, pd.DataFrame) else read_points(path, axis=axis, metrics=tuple(metrics))
     if points.empty:
         raise io.InputError(f"no runs found in {path}: nothing to forecast")
     ids = outputs.run_ids(points)
@@ -186,10 +187,10 @@ def analyze_budget(path, out_dir, budget, options: FitOptions = FitOptions(), *,
     written = []
     if plots != "none":     # the figure first: a failure there leaves no budget.csv without its record
         title = "sweep" if isinstance(path, pd.DataFrame) else Path(str(path)).name
-        written.append(io.save_figure(plot_budget(table, fits, curves(points), budget, title=title,
+        written.append(writing.save_figure(plot_budget(table, fits, curves(points), budget, title=title,
                                                 level=options.level, axis_label=axis_label(path, axis)),
                                       out / "budget.png"))
-    written.insert(0, io.write_csv(table, out / "budget.csv"))
+    written.insert(0, writing.write_csv(table, out / "budget.csv"))
     outputs.record(out, "budget", ids, settings, written)
     if not quiet:
         print(format_budget(table))

@@ -1,12 +1,10 @@
-"""All reading and writing of the analysis package, and nothing else.
+"""Reading runs, from disk or W&B, into the tidy points table of `analysis.runs`.
 
-Readers turn a source into the tidy points table of `analysis.runs`:
     read_sweep(dir)         a scalerl sweep: any directory holding metrics.jsonl (or a
                             summary.json) is a run, at any depth (Hydra nests one level)
-    read_points_csv(file)   run,compute,reward[,r0,seed,<axis>...]
     read_wandb_group(...)   a W&B group through the public API (needs network)
-Writers: `write_csv`, `save_figure`, both atomic (a temporary file renamed over the
-result), so a crash or a full disk never leaves half a leaderboard.
+A points CSV is read by `analysis.points_csv` (which also picks the reader for a path), and
+results are written by `analysis.writing`; both go through the bounds and checks here.
 The trainer's run-directory contract:
     config.yaml    resolved config; each axis is a node with a `name`; recipe, seed,
                    batch.prompts, batch.generations
@@ -23,13 +21,11 @@ a run of more than MAX_ROWS evals is refused (a fit's grid holds every point, ~5
 """
 from __future__ import annotations
 
-import csv
 import fnmatch
 import json
 import math
 import os
 import stat
-from io import BytesIO, StringIO
 from pathlib import Path
 
 import pandas as pd
@@ -88,7 +84,7 @@ def read_bounded(path, limit=None):
 
 
 # ---------------------------------------------------------------- scalerl sweep directories
-def _is_run(path):
+def is_run(path):
     return any(os.path.lexists(os.path.join(path, name)) for name in ("metrics.jsonl", "summary.json"))
 
 
@@ -109,7 +105,7 @@ def find_run_dirs(root):
         linked = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
         for name in linked:                 # a reused run: read it, do not descend into it
             path = os.path.join(dirpath, name)
-            if _is_run(path):
+            if is_run(path):
                 found.add(Path(path))
     unique = {}
     for path in sorted(found):              # two links to one run: keep the first
@@ -319,91 +315,6 @@ def read_sweep(path, *, axis="compute", metrics=(REWARD_KEY,)):
     return points
 
 
-# ---------------------------------------------------------------- CSV
-def read_points_csv(path, metric=None):
-    """A tidy CSV with at least run,compute,reward (optional r0, seed, and axis columns);
-    `metric` names another column to fit instead of reward.
-
-    Raises InputError for an empty, ragged or binary file, a missing column, and a value
-    that is not a number, a negative compute or a reward outside [0, 1] (naming the line).
-    """
-    raw = read_bounded(path)
-    if raw is None:
-        raise InputError(f"{path}: no such points CSV")
-    if b"\x00" in raw[: 1 << 16]:
-        raise InputError(f"{path}: not a text CSV file (binary data)")
-    _check_fields(path, raw)
-    try:
-        points = pd.read_csv(BytesIO(raw))
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path}: empty file; need a header run,compute,reward and one row per eval") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text CSV file") from None
-    except pd.errors.ParserError as err:
-        raise InputError(f"{path}: not a valid CSV ({str(err).strip().splitlines()[-1]})") from None
-    if metric and metric != REWARD_KEY:
-        if metric not in points.columns:
-            raise InputError(f"{path}: no column {metric!r} (from --metric); columns: {list(points.columns)}")
-        points = points.drop(columns=["reward"], errors="ignore").rename(columns={metric: "reward"})
-    missing = [c for c in ("run", "compute", "reward") if c not in points.columns]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {missing}; need run,compute,reward")
-    if points.empty:
-        raise InputError(f"{path}: no rows under the header")
-    for column in ("compute", "reward", "r0"):
-        if column not in points.columns:
-            continue
-        values = pd.to_numeric(points[column], errors="coerce")
-        bad = values.isna() & points[column].notna()
-        if bad.any():
-            row = int(bad.idxmax())
-            raise InputError(f"{path} line {row + 2}: {column} {points[column][row]!r} is not a number")
-        for row, value in values.items():
-            check_value(f"{path} line {row + 2}", "reward" if column == "r0" else column, float(value))
-        points[column] = values
-    points["run"] = points["run"].astype(str)
-    sizes = points.groupby("run").size()
-    if sizes.max() > MAX_ROWS:
-        raise InputError(f"{path}: run {sizes.idxmax()!r} has {sizes.max()} rows, over the bound of {MAX_ROWS}"
-                         " evals per run (analysis.io.MAX_ROWS); thin it before fitting")
-    return points
-
-
-def _check_fields(path, raw):
-    """InputError naming the first line whose field count is not the header's: pandas would
-    take a longer row's first field as an index (shifting every column) and pad a shorter one."""
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text CSV file") from None
-    reader = csv.reader(StringIO(text))
-    try:
-        header = next(reader, None)
-        for row in reader:
-            if row and len(row) != len(header):
-                raise InputError(f"{path} line {reader.line_num}: {len(row)} field(s), the header has {len(header)}"
-                                 " (a ragged CSV); every row needs one value per column")
-    except csv.Error as err:
-        raise InputError(f"{path} line {reader.line_num}: not a valid CSV ({err})") from None
-
-
-def read_points(path, *, axis="compute", metrics=(REWARD_KEY,)):
-    """Sweep directory or points CSV, whichever `path` is."""
-    path = Path(path)
-    if path.is_symlink() and path.is_dir() and not _is_run(path):
-        # as inside a sweep (find_run_dirs), a link is read only when it points at a run: a link
-        # to `/` or to a home directory would otherwise walk the whole tree below it
-        raise InputError(f"{path}: a link to {os.path.realpath(path)}, which is not a run directory;"
-                         " give the sweep directory itself")
-    if path.is_dir():
-        return read_sweep(path, axis=axis, metrics=metrics)
-    if path.is_file():
-        if is_multi(metrics):
-            raise InputError("a points CSV holds one curve per run: give --metric a single column name")
-        return read_points_csv(path, metrics[0])
-    raise FileNotFoundError(f"{path}: neither a sweep directory nor a points CSV")
-
-
 # ---------------------------------------------------------------- W&B
 def read_wandb_group(project, group, *, entity=None, api=None, axis="compute", reward_key=REWARD_KEY):
     """Tidy points of every run in a W&B group, through the public API.
@@ -430,34 +341,3 @@ def read_wandb_group(project, group, *, entity=None, api=None, axis="compute", r
     if not frames:
         return pd.DataFrame(columns=["run", "compute", "reward"])
     return pd.concat(frames, ignore_index=True)
-
-
-# ---------------------------------------------------------------- writing
-def _atomic(path, write):
-    """Write through a temporary next to `path`, then rename it over `path`; never half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_csv(table, path):
-    return _atomic(path, lambda tmp: table.to_csv(tmp, index=False))
-
-
-def save_figure(fig, path, dpi=130):
-    return _atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, bbox_inches="tight", facecolor="white",
-                                                 format=Path(path).suffix.lstrip(".") or "png"))
-
-
-def safe_name(text, limit=80):
-    """A file-name-safe version of a run name."""
-    keep = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(text))
-    return keep.strip("._")[:limit] or "run"
-

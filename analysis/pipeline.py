@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import io, outputs
+from analysis import io, outputs, writing
 from analysis import plots as draw
 from analysis.extrapolation import extrapolation_check
 from analysis.fit import FitOptions
 from analysis.leaderboard import MARGIN, format_leaderboard, leaderboard
+from analysis.points_csv import read_points
 from analysis.runs import axis_columns, curves, fit_runs
 from analysis.stopping import with_stop_columns
 
@@ -30,7 +31,7 @@ FORECAST_OPTIONS = FitOptions()   # the same bootstrap as `fit` and a sweep's en
 def _load(source, axis, metrics=(io.REWARD_KEY,), runs=None):
     """The points table of `source` (only the run directories `runs`, if given); InputError if
     it holds no runs (nothing is written then)."""
-    points = source.copy() if isinstance(source, pd.DataFrame) else io.read_points(source, axis=axis, metrics=metrics)
+    points = source.copy() if isinstance(source, pd.DataFrame) else read_points(source, axis=axis, metrics=metrics)
     if runs is not None and not points.empty and "run_dir" in points.columns:
         keep = {str(Path(r).resolve()) for r in runs}
         points = points[points["run_dir"].map(lambda d: str(Path(d).resolve()) in keep)].reset_index(drop=True)
@@ -68,21 +69,21 @@ def analyze_sweep(path, out_dir, options: FitOptions = FitOptions(), *, axis="co
     fits = fit_runs(points, options)
     board = leaderboard(points, fits, options, margin=margin, target_compute=target_compute)
     board = with_stop_columns(board, io.read_stop_records(points))      # early-stopped runs: why, and the fit then
-    written = [io.write_csv(board, out / "leaderboard.csv")]
+    written = [writing.write_csv(board, out / "leaderboard.csv")]
     figures = []
     title = Path(str(path)).name if not isinstance(path, pd.DataFrame) else "sweep"
     label = draw.axis_label(path, axis)
     if plots != "none":
         say(f"drawing the plots ({'overview, params and one per run' if plots == 'all' else 'overview and params'})")
         data = curves(points)
-        figures.append(io.save_figure(draw.plot_overview(board, fits, data, title=title, axis_label=label),
+        figures.append(writing.save_figure(draw.plot_overview(board, fits, data, title=title, axis_label=label),
                                       out / "overview.png"))
-        figures.append(io.save_figure(draw.plot_params(board, margin=margin, title=title, level=options.level),
+        figures.append(writing.save_figure(draw.plot_params(board, margin=margin, title=title, level=options.level),
                                       out / "params.png"))
         if plots == "all":
             for run, fit in fits.items():
                 fig = draw.plot_run(fit, *data[run], title=run, axis_label=label, target_compute=target_compute)
-                written.append(io.save_figure(fig, out / f"run-{io.safe_name(run)}.png"))
+                written.append(writing.save_figure(fig, out / f"run-{writing.safe_name(run)}.png"))
     written += figures
     outputs.record(out, "fit", outputs.run_ids(points), settings, written)
     page = _report(path, out, quiet, fits) if plots != "none" else None
@@ -133,9 +134,9 @@ def analyze_extrapolation(path, out_dir, options: FitOptions = FORECAST_OPTIONS,
     settings = {**asdict(options), "axis": axis, "fraction": fraction, "n_final": n_final, "metrics": list(metrics)}
     outputs.claim(out, "extrapolate", outputs.run_ids(points), settings, quiet=quiet)
     check = extrapolation_check(points, fraction, options, n_final=n_final)
-    written = [io.write_csv(check.per_run, out / "extrapolation.csv")]
+    written = [writing.write_csv(check.per_run, out / "extrapolation.csv")]
     if plots != "none":
-        written.append(io.save_figure(draw.plot_extrapolation(check.per_run, check.aggregate), out / "extrapolation.png"))
+        written.append(writing.save_figure(draw.plot_extrapolation(check.per_run, check.aggregate), out / "extrapolation.png"))
     outputs.record(out, "extrapolate", outputs.run_ids(points), settings, written)
     if not quiet:
         print(check.report())

@@ -2,7 +2,7 @@
 parameters with their intervals.
 
 Every function returns a matplotlib Figure built without pyplot (so no global state and
-no GUI backend: Figure renders through Agg); `analysis.io.save_figure` writes the PNG.
+no GUI backend: Figure renders through Agg); `analysis.writing.save_figure` writes the PNG.
 Drawing conventions, shared by all figures:
     filled dots   points the fit used
     hollow grey   points below the compute threshold (paper §1: early points excluded)

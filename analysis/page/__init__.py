@@ -38,11 +38,11 @@ def build_report(sweep_dir, results_dir=None, *, command=None, fits=None):
 
 def write_report(sweep_dir, results_dir=None, *, command=None, fits=None, quiet=False):
     """Write results_dir/report.html (results_dir: default the sweep directory); returns (path, Content)."""
-    from analysis import io
+    from analysis import writing
 
     out = Path(results_dir if results_dir is not None else sweep_dir) / REPORT
     text, content = build_report(sweep_dir, results_dir, command=command, fits=fits)
-    io._atomic(out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    writing.atomic(out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     if not quiet:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
     return out, content

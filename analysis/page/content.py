@@ -25,6 +25,7 @@ import yaml
 from analysis import io
 from analysis.board_text import ranked_units
 from analysis.fit import STATUSES, FitOptions
+from analysis.points_csv import read_points
 from analysis.runs import fit_runs
 
 # Diagnostics over compute (docs/outputs.md lists each metrics.jsonl field).  These explain
@@ -226,7 +227,7 @@ def gather(sweep_dir, results_dir=None, *, command=None, fits=None):
     options, margin = _options(manifest)
 
     names = set(board["run"]) if "run" in board.columns else set()
-    points = io.read_points(sweep_dir, axis="compute")
+    points = read_points(sweep_dir, axis="compute")
     points = points[points["run"].isin(names)].reset_index(drop=True) if names else points
     if fits is None or not set(points["run"]) <= set(fits):
         fits = fit_runs(points, options) if len(points) else {}

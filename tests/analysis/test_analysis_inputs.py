@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import io
+from analysis import io, writing
 from analysis.__main__ import main
 from analysis.synthetic import synthetic_sweep
 
@@ -113,7 +113,7 @@ def test_a_write_that_fails_midway_keeps_the_old_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", half_then_fail)
     with pytest.raises(OSError):
-        io.write_csv(pd.DataFrame({"run": ["new"], "rank": [1]}), path)
+        writing.write_csv(pd.DataFrame({"run": ["new"], "rank": [1]}), path)
     assert path.read_text() == "run,rank\nold,1\n" and [p.name for p in tmp_path.iterdir()] == ["leaderboard.csv"]
 
 

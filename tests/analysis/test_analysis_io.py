@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import io
+from analysis import io, points_csv, writing
 
 
 def test_read_sweep_finds_nested_runs_and_skips_a_partial_last_line(sweep):
@@ -61,13 +61,13 @@ def test_csv_reader_and_dispatch(tmp_path):
     path = tmp_path / "points.csv"
     frame = pd.DataFrame({"run": [1, 1], "compute": [0, 10], "reward": [0.1, 0.2], "loss": ["x", "x"]})
     frame.to_csv(path, index=False)
-    points = io.read_points(path)
+    points = points_csv.read_points(path)
     assert points["run"].tolist() == ["1", "1"] and points["loss"].tolist() == ["x", "x"]
     pd.DataFrame({"run": [1], "x": [0]}).to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(ValueError, match="compute"):
-        io.read_points_csv(tmp_path / "bad.csv")
+        points_csv.read_points_csv(tmp_path / "bad.csv")
     with pytest.raises(FileNotFoundError):
-        io.read_points(tmp_path / "missing.csv")
+        points_csv.read_points(tmp_path / "missing.csv")
 
 
 class FakeRun:
@@ -107,4 +107,4 @@ def test_read_wandb_group_with_a_fake_api():
 
 
 def test_safe_name():
-    assert io.safe_name("loss=cispo/seed 1") == "loss_cispo_seed_1"
+    assert writing.safe_name("loss=cispo/seed 1") == "loss_cispo_seed_1"

@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis import io
+from analysis import io, points_csv
 from analysis.cli import main
 
 
@@ -43,8 +43,8 @@ def test_cli_metric_flag_fits_the_chosen_columns(tmp_path):
 def test_csv_metric_column_and_errors(tmp_path):
     csv = tmp_path / "points.csv"
     pd.DataFrame({"run": ["a"] * 3, "compute": [0, 1, 2], "reward": [0.1, 0.2, 0.3], "pass_rate/code": [0.5, 0.6, 0.7]}).to_csv(csv, index=False)
-    assert io.read_points(csv, metrics=("pass_rate/code",))["reward"].tolist() == [0.5, 0.6, 0.7]
+    assert points_csv.read_points(csv, metrics=("pass_rate/code",))["reward"].tolist() == [0.5, 0.6, 0.7]
     with pytest.raises(ValueError, match="pass_rate/math"):
-        io.read_points(csv, metrics=("pass_rate/math",))
+        points_csv.read_points(csv, metrics=("pass_rate/math",))
     with pytest.raises(ValueError, match="single column"):
-        io.read_points(csv, metrics=("pass_rate/*",))
+        points_csv.read_points(csv, metrics=("pass_rate/*",))

@@ -212,7 +212,7 @@ def test_a_plan_whose_figure_fails_leaves_no_plan_csv(make_run, tmp_path, monkey
 
     def overflow(*args, **kwargs):
         raise OverflowError("cannot convert float infinity to integer")   # what 1e300 raised in savefig
-    monkeypatch.setattr(analysis.budget.io, "save_figure", overflow)
+    monkeypatch.setattr(analysis.budget.writing, "save_figure", overflow)
     try:
         main(["budget", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0", "--quiet",
               "--budget", "1e15"])
