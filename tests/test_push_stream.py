@@ -8,15 +8,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from helpers import REPO
+from push_worker import WORKER, echo, echo_spec
 
 from scalerl.generation.transfer.buckets import in_order, lay_out, pack, pack_all, unpack, weight_schema
 
-WORKER = (str(Path(__file__).with_name("push_worker.py")),)
 
 
 def _state():
@@ -185,24 +184,6 @@ def test_a_push_out_of_order_or_incomplete_is_refused():
 
 
 # ------------------------------------------------------- generator processes
-def _echo(pool, version):
-    from push_worker import ECHO_TAG
-
-    return [pool.hub.recv(j, f"echo/{j}/{version}", ECHO_TAG + version, "waiting for the echo")[1]
-            for j in range(pool.n)]
-
-
-def _spec(ckpt, n, dtype):
-    from functools import partial
-
-    from scalerl.generation.fleet.worker import WorkerSpec
-    from scalerl.precision import PRECISIONS
-
-    heads = partial(PRECISIONS["fp32"].fn, cfg=PRECISIONS["fp32"].schema())
-    return WorkerSpec(rank=0, n_generators=n, checkpoint=str(ckpt), device="cpu", dtype=dtype, compute_dtype="float32",
-                      heads=heads, attn_implementation=None, threads=1, timeout_s=60, in_flight=True, schema=())
-
-
 @pytest.mark.slow
 def test_a_streamed_push_gives_two_generators_the_trainers_weights(tiny_cfg, monkeypatch):
     from scalerl.generation.fleet.pool import GeneratorPool
@@ -216,7 +197,7 @@ def test_a_streamed_push_gives_two_generators_the_trainers_weights(tiny_cfg, mon
     bucket = 16 * 1024  # several buckets; the embedding (and the head) are larger than one
     assert max(sizes.values()) > bucket and sum(sizes.values()) > 4 * bucket
     monkeypatch.setattr(GeneratorPool, "worker", WORKER)
-    pool = GeneratorPool(_spec(ckpt, 2, "float32"), 2, model.state_dict(), bucket_bytes=bucket)
+    pool = GeneratorPool(echo_spec(ckpt, 2, "float32"), 2, model.state_dict(), bucket_bytes=bucket)
     pool.start()
     try:
         for version, as_pairs in ((1, False), (2, True)):
@@ -225,7 +206,7 @@ def test_a_streamed_push_gives_two_generators_the_trainers_weights(tiny_cfg, mon
                     p.add_(0.01 * torch.randn_like(p))
             pool.push(version, trainer_tensors(model, torch.float32, bucket) if as_pairs else model.state_dict())
             ref = model.state_dict()
-            for got in _echo(pool, version):
+            for got in echo(pool, version):
                 assert set(got) == set(ref)
                 assert all(torch.equal(got[k], ref[k]) for k in ref)  # exact: the same fp32 bits
     finally:
@@ -243,7 +224,7 @@ from scalerl.models.policy import CompletionLogits
 from scalerl.precision.base import linear_head
 from scalerl.train.sharding import full_state_dict, iter_full_tensors, shard_trainer
 from scalerl.train.weights import push_weights
-from test_push_stream import WORKER, _echo, _spec
+from push_worker import WORKER, echo, echo_spec
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model, _ = load_checkpoint(sys.argv[1], dtype=torch.float32, device=torch.device("cpu"))
@@ -264,11 +245,11 @@ out = {"groups": len(groups), "order": names == list(ref),
 pool = None
 if rank == 0:
     GeneratorPool.worker = WORKER
-    pool = GeneratorPool(_spec(sys.argv[1], 1, "bfloat16"), 1, model.state_dict(), bucket_bytes=bucket)
+    pool = GeneratorPool(echo_spec(sys.argv[1], 1, "bfloat16"), 1, model.state_dict(), bucket_bytes=bucket)
     pool.start()
 push_weights(pool, 1, model, "bfloat16")  # every rank: rank 0 sends, rank 1 joins the gathers
 if rank == 0:
-    (got,) = _echo(pool, 1)
+    (got,) = echo(pool, 1)
     out["echo_bf16"] = set(got) == set(ref) and all(got[k].dtype == torch.bfloat16 and torch.equal(got[k], ref[k].to(torch.bfloat16)) for k in ref)
     out["echo_differs_from_fp32"] = any(not torch.equal(got[k].float(), ref[k]) for k in ref)
     pool.close()

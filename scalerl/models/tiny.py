@@ -22,6 +22,10 @@ from scalerl.models.extensions import diagnose_broken_extensions
 from scalerl.models.tokenizer import build_char_tokenizer
 
 
+VOCAB_BOUND = 128
+"""An upper bound on the character tokenizer's vocabulary (``models/tokenizer.py``)."""
+
+
 @dataclass
 class TinyModelConfig(ModelConfig):
     hidden_size: int = 96
@@ -35,6 +39,15 @@ class TinyModelConfig(ModelConfig):
 
     def context_length(self) -> int:
         return self.max_position_embeddings
+
+    def size_key(self) -> str:
+        return "model.hidden_size"
+
+    def architecture(self) -> dict:
+        return dict(vocab_size=VOCAB_BOUND, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
+                    num_attention_heads=self.num_heads, num_key_value_heads=self.num_heads,
+                    intermediate_size=self.intermediate_size, max_position_embeddings=self.max_position_embeddings,
+                    tie_word_embeddings=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
