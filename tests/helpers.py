@@ -185,6 +185,10 @@ def plant_leading_trial(out_root: Path, steps: int = 3000) -> Path:
 ANSWERS_ONLY = ("task.think=0", "length.max_new_tokens=8", "model.warmstart.final_steps=0",
                 "train.temperature=1.0", "train.lr=1e-4", "train.warmup_steps=0")
 
+TINY_RUN = ["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, "batch.prompts=8", "batch.generations=8",
+            "batch.minibatches=2", "train.eval_samples=1", "precision.generator_body=auto"]
+"""The small run the data-parallel tests start on one rank and on two (tests/test_distributed.py)."""
+
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)

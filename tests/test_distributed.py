@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ANSWERS_ONLY, REPO, read_rows, torchrun
+from helpers import ANSWERS_ONLY, REPO, TINY_RUN, read_rows, torchrun
 from safetensors.torch import load_file
 
 from scalerl.train.loop import train
@@ -28,15 +28,13 @@ from scalerl.train.update import minibatch_groups
 # generator_body=auto: the engine's bf16 rounding (the default, docs/mismatch.md) is discontinuous, so
 # the fp32 rounding by which 1 and 2 ranks' weights differ (~1e-7) can flip a weight by a bf16 step and
 # move the behaviour log-probs by far more than the loss tolerance; rank-equivalence is about fp32.
-TINY = ["logger=none", "train.threads=1", "async=sync", *ANSWERS_ONLY, "batch.prompts=8", "batch.generations=8",
-        "batch.minibatches=2", "train.eval_samples=1", "precision.generator_body=auto"]
 STEPS = 24
 PIPE = ["async=pipeline_rl", "async.max_lag=0", "async.generators=2", "async.timeout_s=120"]
 COMPARED = ("train_reward", "response_length", "effective_batch", "truncation_rate", "interrupt_rate")
 
 
 def one_rank(tiny_cfg, run_dir: Path, *overrides: str) -> dict:
-    return train(tiny_cfg(*TINY, *overrides), run_dir, run_name=run_dir.name, group="test", config_dict={})
+    return train(tiny_cfg(*TINY_RUN, *overrides), run_dir, run_name=run_dir.name, group="test", config_dict={})
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -97,7 +95,7 @@ def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
     from scalerl.train.setup import build_run, prepare_checkpoint
     from scalerl.train.update import policy_update
 
-    cfg = tiny_cfg(*TINY)
+    cfg = tiny_cfg(*TINY_RUN)
     task, ckpt = prepare_checkpoint(cfg)
     plan = plan_run(cfg, TwinDist(1), ckpt)
     r = build_run(plan, task, ckpt)
@@ -153,7 +151,7 @@ def pair(tmp_path_factory, _session_env):
     from scalerl.train.setup import prepare_checkpoint
 
     root = tmp_path_factory.mktemp("pair")
-    args = [*TINY, f"train.steps={STEPS}", f"train.eval_every={STEPS // 2}"]
+    args = [*TINY_RUN, f"train.steps={STEPS}", f"train.eval_every={STEPS // 2}"]
     cfg = validate(compose(args))
     start = load_file(str(prepare_checkpoint(cfg)[1] / "model.safetensors"))
     train(cfg, root / "one", run_name="one", group="test", config_dict={})
@@ -277,7 +275,7 @@ def test_micro_batches_on_two_ranks_reproduce_one_forward_on_one_rank(tiny_cfg, 
     and the meta-device, unit-by-unit load, against one forward per
     minibatch on 1 rank: the same samples, losses and weights to float rounding."""
     steps = 4
-    args = [*TINY, f"train.steps={steps}", f"train.eval_every={steps}", "train.export_policy=true"]
+    args = [*TINY_RUN, f"train.steps={steps}", f"train.eval_every={steps}", "train.export_policy=true"]
     one = tmp_path / "one"
     train(tiny_cfg(*args), one, run_name="one", group="test", config_dict={})
     torchrun([*args, "train.micro_batch_tokens=24", "model.activation_checkpointing=true", "train.head_chunk=7"],

@@ -263,3 +263,14 @@ def test_code_says_why_not_which_ticket():
     bad = [f"{p.relative_to(REPO)}:{n}" for p in (REPO / "scalerl").rglob("*.py")
            for n, line in enumerate(p.read_text().splitlines(), 1) if ticket.search(line) and "submitit #" not in line]
     assert not bad, bad
+
+
+def test_no_test_imports_another_test():
+    # Shared test code lives in library modules (helpers.py, vllm_helpers.py, push_worker.py, ...):
+    # importing a test module runs its module-level set-up and registers its tests twice. The scan is
+    # textual, so it also sees scripts a test writes out and starts in a subprocess.
+    import re
+
+    pattern = re.compile(r"^\s*(?:from\s+test_\w+\s+import|import\s+test_\w+)", re.M)
+    bad = [f"{p.relative_to(REPO)}" for p in (REPO / "tests").rglob("*.py") if pattern.search(p.read_text())]
+    assert not bad, bad

@@ -92,15 +92,14 @@ def test_every_checkpoint_refused_stops_and_keeps_every_row(tiny_cfg, tmp_path):
 def test_a_crafted_metadata_on_a_two_rank_run_runs_on_neither_rank(tmp_path):
     """Both ranks read DCP metadata: on a real 2-rank torchrun run, the planted one is refused on
     both and the run resumes from its newest real (sharded) checkpoint."""
-    from helpers import torchrun
-    from test_distributed import TINY
+    from helpers import TINY_RUN, torchrun
 
     run_dir, marker = tmp_path / "two", tmp_path / "ran"
-    torchrun([*TINY, "train.steps=2", "train.eval_every=1"], run_dir)
+    torchrun([*TINY_RUN, "train.steps=2", "train.eval_every=1"], run_dir)
     assert (run_dir / "checkpoints" / "step_00000002" / ".metadata").exists()
     plant_metadata(run_dir, marker)
     (run_dir / "summary.json").unlink()  # finished: a relaunch with more steps goes on from step 2
-    out = torchrun([*TINY, "train.steps=3", "train.eval_every=1"], run_dir)
+    out = torchrun([*TINY_RUN, "train.steps=3", "train.eval_every=1"], run_dir)
     assert "step_00000099" in out.stdout + out.stderr and "resuming" in out.stdout + out.stderr
     assert not marker.exists()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
