@@ -48,7 +48,7 @@ from scalerl.generation.transfer.vllm_transfer import chunks
 
 BACKENDS = {"gloo": GLOO, "inline": INLINE, "nccl": "nccl"}
 """``generation.weight_transfer``: vLLM weight-transfer backends: scalerl's (vllm_transfer.register), and
-vLLM's own ``nccl``, fed by the trainer's GPU (vllm_nccl.py)."""
+vLLM's own ``nccl``, fed by the trainer's GPU (transfer/vllm_nccl.py)."""
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -98,7 +98,7 @@ class VLLMGenerator:
         torch.set_num_threads(threads)
         self.weight_transfer = weight_transfer
         self.relay: GlooRelay | None = None
-        if weight_transfer == "gloo":  # rank 0 of a gloo group with vLLM's workers (vllm_gloo.py)
+        if weight_transfer == "gloo":  # rank 0 of a gloo group with vLLM's workers (transfer/vllm_gloo.py)
             self.relay = GlooRelay(self.llm, tensor_parallel_size)
         elif weight_transfer == "inline":
             self.llm.init_weight_transfer_engine({"init_info": {}})

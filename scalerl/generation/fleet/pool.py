@@ -105,13 +105,13 @@ class GeneratorPool:
         ``state``: the trainer's weights (their names and shapes fix the push schema; only shapes
         are read, so a sharded ``model.state_dict()`` needs no gather);
         ``devices``: generator j's device (default: the spec's); ``bucket_bytes``: the size of one
-        broadcast of a push (``buckets.py``; a push holds two); ``external``: how many generators,
+        broadcast of a push (``transfer/buckets.py``; a push holds two); ``external``: how many generators,
         the last ones, an operator starts (``async.external_generators``); ``host``: the store's
         address when ``MASTER_ADDR`` is unset (``trust.run_host``); ``secret_dir``: where the
         secret file for an operator goes (default ``~/.scalerl/secrets``); ``rendezvous``: a file
         to write the address and the secret file's path to, for generators the job itself starts
         on its generator nodes (``job_rendezvous``; ``launch/roles.py`` reads it); ``device``: this
-        trainer rank's, which vLLM's NCCL data plane broadcasts from (``vllm_nccl.py``)."""
+        trainer rank's, which vLLM's NCCL data plane broadcasts from (``transfer/vllm_nccl.py``)."""
         self.n, self.timeout_s = n, spec.timeout_s
         self.local = n - external  # generators 0 .. local-1 are this process's children
         self.host, self.secret_dir, self.secret_file, self.rendezvous = host, secret_dir, None, rendezvous
@@ -197,7 +197,7 @@ class GeneratorPool:
         self.settle()
         named = in_order(self.layout, state)
         stage = f"pushing weights (version {version})"
-        if self.nccl is not None:  # straight from this GPU to vLLM's workers (vllm_nccl.py)
+        if self.nccl is not None:  # straight from this GPU to vLLM's workers (transfer/vllm_nccl.py)
             done = self.nccl.push(self.hub, version, named)
             self.pending = lambda: self.hub.wait(done, stage)
             return time.perf_counter() - t

@@ -29,7 +29,7 @@ Nothing received can run code, and nobody without the run's secret can speak:
   can neither order work, announce weights nor report rollouts. An operator starting a
   generator on another node reads it from a file only its user can read (``pool.py``).
 - Messages, rollouts and the start-up spec travel as JSON plus raw tensor bytes
-  (``wire.py``), never pickle; ``decode`` builds only the dataclasses and
+  (``transfer/wire.py``), never pickle; ``decode`` builds only the dataclasses and
   functions its caller names.
 - The gloo groups' rendezvous keys are gloo's own, unsigned: a client could race them
   and put itself in a generator's (or the trainer's) place. So once a group has

@@ -1,7 +1,7 @@
 """Who may speak on a run's transport: the store's values signed under the run's secret, gloo
 groups whose ends prove the secret to each other, sockets bound to the run's address only.
 
-``transport.py`` builds the trainer <-> generator link on these; its docstring says why each
+``fleet/transport.py`` builds the trainer <-> generator link on these; its docstring says why each
 is needed (a client that reaches the store's port, or races gloo's unsigned rendezvous keys,
 must not be able to order work, announce weights or report rollouts).
 """

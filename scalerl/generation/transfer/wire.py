@@ -3,7 +3,7 @@
 ``encode`` writes plain data, CPU tensors, enums, dataclass instances and ``functools.partial``
 of module-level functions; ``decode`` rebuilds only the dataclasses, enums and functions its
 caller names and refuses everything else, so a message cannot run code in the process that
-reads it. ``transport.py`` signs and carries these bytes.
+reads it. ``fleet/transport.py`` signs and carries these bytes.
 """
 from __future__ import annotations
 
