@@ -139,7 +139,7 @@ def hosting_store(host: str, timeout_s: float):
                           wait_for_workers=False, master_listen_fd=sock.fileno())
     # The store owns the listening fd now and closes it when it is destroyed. Closing the socket
     # too closed the fd twice: the second close hit whatever file had reused the number since
-    # (EBADF in later, unrelated file reads of the same process: tests/test_transport.py).
+    # (EBADF in later, unrelated file reads of the same process: tests/test_security_transport.py).
     sock.detach()
     return store
 
