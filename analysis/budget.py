@@ -1,4 +1,4 @@
-"""Which arm wins at my budget?  `python -m analysis budget PATH --budget C`.
+"""Which arm wins at my budget?  `python -m analysis plan PATH --budget C`.
 
 For each arm (a run, or the seeds of one recipe together) the fitted sigmoid (arXiv
 2510.13786 §1) is evaluated at the budget C: the predicted reward, its bootstrap interval,
@@ -9,7 +9,7 @@ arm with several seeds averages its seeds' replicate i, so the probability refle
 noise; seeds are what let it see training randomness too (see analysis/README.md).
 
     table = at_budget(points, budget=2e16)              # pure: points in, one row per arm out
-    analyze_budget("outputs/sweeps/loss", "out/", budget=2e16)   # + budget.csv, budget.png, printed
+    analyze_budget("outputs/sweeps/loss", "out/", budget=2e16)   # + plan.csv, plan.png, printed
 
 The figure draws every arm's points, its fitted curve out to the budget (dashed past its
 data) with the bootstrap band, and the predicted reward at the budget.
@@ -173,7 +173,7 @@ def plot_budget(table, fits, data, budget, *, level, title="budget", axis_label=
 
 def analyze_budget(path, out_dir, budget, options: FitOptions = FitOptions(), *, axis="compute",
                  plots="all", quiet=False, metrics=(io.REWARD_KEY,)):
-    """Read a sweep (or points CSV), forecast every arm at `budget`: writes budget.csv (and budget.png); returns the table.
+    """Read a sweep (or points CSV), forecast every arm at `budget`: writes plan.csv (and plan.png); returns the table.
     metrics: the metrics.jsonl column(s) to forecast, as in `fit`. InputError if there are no runs."""
     out = Path(out_dir)
     points = path.copy() if isinstance(path, pd.DataFrame) else read_points(path, axis=axis, metrics=tuple(metrics))
@@ -181,18 +181,18 @@ def analyze_budget(path, out_dir, budget, options: FitOptions = FitOptions(), *,
         raise io.InputError(f"no runs found in {path}: nothing to forecast")
     ids = outputs.run_ids(points)
     settings = {**asdict(options), "axis": axis, "budget": float(budget), "metrics": list(metrics)}
-    outputs.claim(out, "budget", ids, settings, quiet=quiet)      # another forecast moves to previous/
+    outputs.claim(out, "plan", ids, settings, quiet=quiet)      # another forecast moves to previous/
     fits = fit_runs(points, options)
     table = at_budget(points, budget, options, fits=fits)
     written = []
-    if plots != "none":     # the figure first: a failure there leaves no budget.csv without its record
+    if plots != "none":     # the figure first: a failure there leaves no plan.csv without its record
         title = "sweep" if isinstance(path, pd.DataFrame) else Path(str(path)).name
         written.append(writing.save_figure(plot_budget(table, fits, curves(points), budget, title=title,
                                                 level=options.level, axis_label=axis_label(path, axis)),
-                                      out / "budget.png"))
-    written.insert(0, writing.write_csv(table, out / "budget.csv"))
-    outputs.record(out, "budget", ids, settings, written)
+                                      out / "plan.png"))
+    written.insert(0, writing.write_csv(table, out / "plan.csv"))
+    outputs.record(out, "plan", ids, settings, written)
     if not quiet:
         print(format_budget(table))
-        print(f"\nwrote {out / 'budget.csv'}" + ("" if plots == "none" else f" and {out / 'budget.png'}"))
+        print(f"\nwrote {out / 'plan.csv'}" + ("" if plots == "none" else f" and {out / 'plan.png'}"))
     return table

@@ -6,7 +6,7 @@
     python -m analysis extrapolate sweep/ --fraction 0.5 --out out
     python -m analysis fit outputs/runs --out out --metric 'pass_rate/*'     # one curve per task (task=mix)
     python -m analysis fit sweep/ --out out --metric pass_rate/math --metric pass_rate/code
-    python -m analysis budget sweep/ --budget 2e16 --out out   # which arm wins at my budget?
+    python -m analysis plan sweep/ --budget 2e16 --out out   # which arm wins at my budget?
     python -m analysis report sweep/                            # regenerate sweep/report.html
 
 On a SLURM cluster, run it on a CPU node after the sweep's array finishes, e.g.
@@ -135,7 +135,7 @@ def build_parser():
     ext.add_argument("--n-boot", type=_n_boot, default=FitOptions.n_boot, metavar="N",
                      help="bootstrap replicates behind each forecast's interval (default %(default)s)")
 
-    budget = sub.add_parser("budget", help="predicted reward at a budget, its interval and P(best) per arm")
+    budget = sub.add_parser("plan", help="predicted reward at a budget, its interval and P(best) per arm")
     _common(budget)
     budget.add_argument("--budget", type=_ranged(low=0.0, low_open=True, high=MAX_BUDGET), required=True,
                       metavar="C",
@@ -161,7 +161,7 @@ def main(argv=None):
             return 2
         return 0
     fields = dict(r0=args.r0, min_compute=args.min_compute, method=args.method, seed=args.seed)
-    if args.command in ("budget", "extrapolate"):
+    if args.command in ("plan", "extrapolate"):
         fields.update(n_boot=args.n_boot)
     if args.command == "fit":
         fields.update(fit_until=args.fit_until, n_boot=args.n_boot, max_a_width=args.max_a_width)
@@ -180,7 +180,7 @@ def main(argv=None):
             analyze_sweep(args.path, out, options, margin=args.margin,
                           target_compute=args.target_compute, wandb=args.wandb,
                           wandb_project=args.wandb_project, wandb_group=args.wandb_group, **common)
-        elif args.command == "budget":
+        elif args.command == "plan":
             analyze_budget(args.path, out, args.budget, options, **common)
         else:
             analyze_extrapolation(args.path, out, options, fraction=args.fraction,

@@ -1,7 +1,7 @@
 """Result files are never overwritten silently.
 
 An analysis writes a known set of files into its output directory (leaderboard.csv and
-the PNGs; extrapolation.csv and .png; budget.csv and .png) and records, in `analysis.json`, which runs and
+the PNGs; extrapolation.csv and .png; plan.csv and .png) and records, in `analysis.json`, which runs and
 which settings produced them.  Before the next analysis writes there:
 * same runs, same settings (a rerun, or a sweep relaunched to finish its arms): the files
   are replaced, and the console says so;
@@ -20,7 +20,7 @@ MANIFEST = "analysis.json"
 KINDS = {
     "fit": ("leaderboard.csv", "overview.png", "params.png", "run-*.png", "report.html"),
     "extrapolate": ("extrapolation.csv", "extrapolation.png"),
-    "budget": ("budget.csv", "budget.png"),
+    "plan": ("plan.csv", "plan.png"),
 }
 
 

@@ -1,6 +1,6 @@
 """A generator process with a pinned schedule, for the PipelineRL tests only.
 
-``tests/paced.py`` starts it in place of ``python -m scalerl.generation.fleet``
+``tests/paced.py`` starts it in place of ``python -m scalerl.generation.worker``
 (``GeneratorPool.worker``) and passes the schedule in ``SCALERL_TEST_PACE``
 (``MODE:SWAP_AT``). Nothing in the production path reads either: a user's config
 cannot reach them.

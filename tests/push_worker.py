@@ -2,7 +2,7 @@
 (``WORKER``, ``echo``, ``echo_spec``): tests/test_push_stream.py and the sharded script it starts
 import them from here, a module meant as a library (no test imports another test).
 
-The test starts it in place of ``python -m scalerl.generation.fleet`` (``GeneratorPool.worker``);
+The test starts it in place of ``python -m scalerl.generation.worker`` (``GeneratorPool.worker``);
 after each push it sends the generator model's whole state dict (its own dtype) to the trainer
 under ``echo/{rank}/{version}`` (not ``weights/``: the gloo group's rendezvous prefix), so the
 test compares tensors, not logits.

@@ -24,7 +24,7 @@ from helpers import REPO, _ip, read_rows, veth_namespaces
 
 from scalerl.generation.fleet.transport import BEAT_S, Hub, Spoke, TransportError
 
-LINE = re.compile(r"SCALERL_TRANSPORT_SECRET=\$\(cat (\S+)\) python -m scalerl.generation.fleet (\S+) J")
+LINE = re.compile(r"SCALERL_TRANSPORT_SECRET=\$\(cat (\S+)\) python -m scalerl.generation.worker (\S+) J")
 
 
 def _env(**extra: str) -> dict:
@@ -270,7 +270,7 @@ def test_a_generator_in_another_namespace_joins_by_address_and_its_lost_link_fai
         assert address.startswith(f"{host}:")  # the run's address, told to the operator; the secret is not
         assert not any(_secret_of(secret_file) in line for line in lines)
         # The operator's command, in the other namespace: the address and the index alone.
-        gen = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "scalerl.generation.fleet", address, "0"],
+        gen = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "scalerl.generation.worker", address, "0"],
                                cwd=REPO, env=_env(SCALERL_TRANSPORT_SECRET=_secret_of(secret_file)),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         first = None
@@ -323,7 +323,7 @@ def test_a_run_with_an_external_generator_waits_for_it_and_finishes(tmp_path):
         # beside it on 2 cores).
         secret_file, address = _join_line(sweep.stdout, lines, timeout=900)
         assert address.startswith("127.0.0.1:")  # no MASTER_ADDR: a plain local run stays on loopback
-        gen = subprocess.Popen([sys.executable, "-m", "scalerl.generation.fleet", address, "0"], cwd=REPO,
+        gen = subprocess.Popen([sys.executable, "-m", "scalerl.generation.worker", address, "0"], cwd=REPO,
                                env=_env(SCALERL_TRANSPORT_SECRET=_secret_of(secret_file)),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out, _ = sweep.communicate(timeout=300)

@@ -16,7 +16,8 @@ Three subpackages, imported one way (``tests/test_layers.py`` checks it):
 - ``engines/``: the ``Generator`` interface and its engines (torch, vLLM), one
   option module each, and the ``GENERATORS`` registry;
 - ``fleet/`` (top): generator *processes* for ``async=pipeline_rl``: the pool the
-  trainer starts and feeds, the worker's main loop, the control link and heartbeats.
+  trainer starts and feeds, the worker's main loop, the control link and heartbeats;
+  ``worker.py`` here is only its command-line name, ``python -m scalerl.generation.worker``.
 
 Code outside this package imports a subpackage's ``__init__`` (its interface),
 never a module inside it. This package must not know about losses, tasks or the

@@ -98,7 +98,7 @@ def run_generator_node(role: Role, wait_s: float, summary: Path, env: Mapping[st
         time.sleep(RENDEZVOUS_POLL_S)
     # The ordinary generator process, as an operator starts it: the address and the index alone,
     # the secret in its environment (never argv). Its exit is this task's.
-    code = subprocess.call([sys.executable, "-m", "scalerl.generation.fleet", rdv["address"], str(role.generator),
+    code = subprocess.call([sys.executable, "-m", "scalerl.generation.worker", rdv["address"], str(role.generator),
                             str(wait_s if join_s is None else join_s)],
                            env={**os.environ, SECRET_ENV: secret, "TORCH_CPP_LOG_LEVEL": "ERROR"})
     print(f"[scalerl] {host}: generator {role.generator} exited with code {code}", flush=True)

@@ -95,16 +95,16 @@ def test_extrapolate_gives_a_status_or_one_line(sweep, seed):
 @SETTINGS
 @given(SWEEPS, st.integers(0, 2**16), st.sampled_from(["1e14", "1e16", "1e19"]))
 def test_plan_gives_a_status_or_one_line(sweep, seed, budget):
-    check("budget", sweep, seed, ("--n-boot", "20", "--budget", budget))
+    check("plan", sweep, seed, ("--n-boot", "20", "--budget", budget))
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(SWEEPS, st.integers(0, 2**16), st.sampled_from(["fit", "extrapolate", "budget"]))
+@given(SWEEPS, st.integers(0, 2**16), st.sampled_from(["fit", "extrapolate", "plan"]))
 def test_oversized_inputs_are_one_line(sweep, seed, command):
     bound = io.MAX_BYTES
     io.MAX_BYTES = 200          # every metrics.jsonl of more than a row or two is "oversized"
     try:
-        extra = ("--n-boot", "0") + (("--budget", "1e16") if command == "budget" else ())
+        extra = ("--n-boot", "0") + (("--budget", "1e16") if command == "plan" else ())
         check(command, sweep, seed, extra)
     finally:
         io.MAX_BYTES = bound

@@ -69,14 +69,14 @@ def test_seeds_of_an_arm_are_forecast_together():
 def test_budget_command_prints_and_writes_budget_csv_and_png(tmp_path):
     points = tmp_path / "points.csv"
     exact_points(ARMS, COMPUTE).to_csv(points, index=False)
-    proc = subprocess.run([sys.executable, "-m", "analysis", "budget", str(points), "--budget", "1600",
+    proc = subprocess.run([sys.executable, "-m", "analysis", "plan", str(points), "--budget", "1600",
                            "--out", str(tmp_path / "out"), "--n-boot", "50"], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "0.760 [0.760, 0.760]" in proc.stdout and "slow" in proc.stdout.splitlines()[2]
-    table = pd.read_csv(tmp_path / "out" / "budget.csv")
+    table = pd.read_csv(tmp_path / "out" / "plan.csv")
     assert list(table["arm"]) == ["slow", "fast"] and list(table["p_best"]) == [1.0, 0.0]
-    assert (tmp_path / "out" / "budget.png").stat().st_size > 10_000
-    bad = subprocess.run([sys.executable, "-m", "analysis", "budget", str(points), "--budget", "-5",
+    assert (tmp_path / "out" / "plan.png").stat().st_size > 10_000
+    bad = subprocess.run([sys.executable, "-m", "analysis", "plan", str(points), "--budget", "-5",
                           "--out", str(tmp_path / "bad")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--budget" in bad.stderr and not (tmp_path / "bad").exists()

@@ -142,15 +142,15 @@ def test_a_declining_run_is_decreasing_for_the_power_law_and_extrapolate_does_no
 def test_plan_moves_an_other_plan_to_previous(make_run, tmp_path):
     make_run("sweep/a", compute=C, reward=R)
     out = tmp_path / "out"
-    argv = ["budget", str(tmp_path / "sweep"), "--out", str(out), "--n-boot", "0", "--quiet"]
+    argv = ["plan", str(tmp_path / "sweep"), "--out", str(out), "--n-boot", "0", "--quiet"]
     assert main(argv + ["--budget", "1e15"]) == 0
-    first = (out / "budget.csv").read_text()
+    first = (out / "plan.csv").read_text()
     assert main(argv + ["--budget", "1e15"]) == 0                   # the same forecast: replaced in place
     assert not (out / "previous").exists()
     assert main(argv + ["--budget", "2e15"]) == 0                   # another budget: the old one is kept
     (kept,) = (out / "previous").iterdir()
-    assert (kept / "budget.csv").read_text() == first and (kept / "budget.png").exists()
-    assert json.loads((out / "analysis.json").read_text())["budget"]["settings"]["budget"] == 2e15
+    assert (kept / "plan.csv").read_text() == first and (kept / "plan.png").exists()
+    assert json.loads((out / "analysis.json").read_text())["plan"]["settings"]["budget"] == 2e15
 
 
 # ------------------------------------------------------------------ a new user's attacks, second round
@@ -199,7 +199,7 @@ def test_a_ragged_csv_names_its_first_ragged_line(tmp_path, capsys):
 
 def test_an_impossible_budget_is_refused_up_front_naming_the_flag(make_run, tmp_path):
     make_run("sweep/a", compute=C, reward=R)
-    for argv in (["budget", "--budget", "1e300"], ["fit", "--target-compute", "1e300"]):
+    for argv in (["plan", "--budget", "1e300"], ["fit", "--target-compute", "1e300"]):
         rc, err = cli(argv[0], str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0", *argv[1:])
         assert rc == 2 and len(err) == 1 and f"argument {argv[1]}: must be a finite number in (0, 1e+40]" in err[0]
     assert not (tmp_path / "out").exists()
@@ -214,11 +214,11 @@ def test_a_plan_whose_figure_fails_leaves_no_plan_csv(make_run, tmp_path, monkey
         raise OverflowError("cannot convert float infinity to integer")   # what 1e300 raised in savefig
     monkeypatch.setattr(analysis.budget.writing, "save_figure", overflow)
     try:
-        main(["budget", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0", "--quiet",
+        main(["plan", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--n-boot", "0", "--quiet",
               "--budget", "1e15"])
     except OverflowError:
         pass
-    assert not (tmp_path / "out" / "budget.csv").exists() and not (tmp_path / "out" / "analysis.json").exists()
+    assert not (tmp_path / "out" / "plan.csv").exists() and not (tmp_path / "out" / "analysis.json").exists()
 
 
 def test_a_bootstrap_too_big_for_memory_is_refused_naming_n_boot(make_run, tmp_path, capsys, monkeypatch):
@@ -247,7 +247,7 @@ def test_every_command_exits_quietly_when_its_reader_goes_away(make_run, tmp_pat
     make_run("sweep/a", compute=C, reward=R)
     base = [str(tmp_path / "sweep"), "--n-boot", "0", "--plots", "none"]
     for argv in (["--help"], ["fit", "--help"], ["fit", *base, "--out", str(tmp_path / "f")],
-                 ["budget", *base, "--out", str(tmp_path / "p"), "--budget", "1e15"],
+                 ["plan", *base, "--out", str(tmp_path / "p"), "--budget", "1e15"],
                  ["extrapolate", *base, "--out", str(tmp_path / "e")]):
         read, write = os.pipe()
         os.close(read)                         # `| head` that has already gone

@@ -102,7 +102,7 @@ def test_a_trainer_node_and_two_generator_nodes_train_and_survive_a_lost_node_an
     for node, j in (("rl-node2", 0), ("rl-node3", 1)):
         assert f"{node}: generator node for generator {j}" in logs and f"{node}: generator {j} exited with code 0" in logs
     # the generators joined the trainer's store at the trainer node's address, not loopback
-    assert f"scalerl.generation.fleet {nodes.address('rl-node1')}:" in logs
+    assert f"scalerl.generation.worker {nodes.address('rl-node1')}:" in logs
     steps = read_rows(run_dir / "steps.jsonl")
     assert {r["step"] for r in steps} == set(range(1, 61))
     assert sum(r["multi_version_frac"] for r in steps) > 0  # pushes landed mid-batch on the remote generators

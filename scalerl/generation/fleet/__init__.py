@@ -2,7 +2,7 @@
 
 - ``pool.py``: the trainer's side: start generators (as children, or wait for ones an
   operator starts on other nodes), order batches, push weights, collect rollouts, stop them;
-- ``worker.py``: a generator's main loop (``python -m scalerl.generation.fleet``), which
+- ``worker.py``: a generator's main loop (``python -m scalerl.generation.worker``), which
   builds its engine through ``GENERATORS`` and serves the trainer's control stream;
 - ``transport.py``: the trainer <-> generator link (a TCPStore and gloo groups, every wait
   with a deadline); ``heartbeats.py``: how the trainer tells a live generator from a dead one.

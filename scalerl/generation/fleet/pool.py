@@ -1,7 +1,7 @@
 """Generator processes seen from the trainer: start them, order batches, push
 weights, collect rollouts, stop them.
 
-Each generator is a plain ``python -m scalerl.generation.fleet`` process that
+Each generator is a plain ``python -m scalerl.generation.worker`` process that
 connects back to the trainer's ``Hub`` (``transport.py``) at the run's address.
 The pool starts generator j itself, as a child that dies with the trainer, or,
 for the last ``external`` of them (``async.external_generators``), waits for an
@@ -94,7 +94,7 @@ def spawn_child(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen
 
 
 class GeneratorPool:
-    worker = ("-m", "scalerl.generation.fleet")
+    worker = ("-m", "scalerl.generation.worker")
     """The generator's command after the interpreter (a test's paced worker replaces it)."""
 
     def __init__(self, spec: WorkerSpec, n: int, state: Mapping[str, torch.Tensor], devices: Sequence[str] = (),
@@ -150,7 +150,7 @@ class GeneratorPool:
                                                     "generators": list(range(self.local, self.n))})
             print(f"[scalerl] waiting up to {self.timeout_s:g} s (async.timeout_s) for generators {self.local}.."
                   f"{self.n - 1}; start each with: {SECRET_ENV}=$(cat {self.secret_file}) python -m "
-                  f"scalerl.generation.fleet {self.hub.address} J", flush=True)
+                  f"scalerl.generation.worker {self.hub.address} J", flush=True)
         for j in range(self.local):
             self.procs.append(spawn_child(
                 [sys.executable, *self.worker, self.hub.address, str(j), str(self.timeout_s)],

@@ -1,6 +1,6 @@
 """The generator process: its own copy of the weights, in its own precision.
 
-    python -m scalerl.generation.fleet HOST:PORT RANK [TIMEOUT_S]
+    python -m scalerl.generation.worker HOST:PORT RANK [TIMEOUT_S]
 
 (the run's secret in ``$SCALERL_TRANSPORT_SECRET``) connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
 builds the run's generation engine (the ``generation`` option, through the
