@@ -49,7 +49,7 @@ from scalerl.train.distributed import Dist, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.export import export_policy
 from scalerl.train.progress import Progress, announce
-from scalerl.train.setup import build, build_logger
+from scalerl.train.setup import build
 from scalerl.train.sharded_checkpoint import prune, resume, save_sharded
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
@@ -84,7 +84,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     if dist.main:  # rows written after the checkpoint will be re-done, exactly
         metrics.truncate_after(state["step"] if saved is not None else -1)
         steps_log.truncate_after(state["step"] if saved is not None else -1)
-    logger = build_logger(cfg) if dist.main else None
+    logger = r.logger  # the main rank's; None on the others
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
     static = derived.to_dict() | {"n_params": r.n_params, "threads": threads, "trainer_threads": torch.get_num_threads(),

@@ -19,7 +19,6 @@ import torch
 from scalerl.asynchrony.base import Interleaving
 from scalerl.config import check_ranks
 from scalerl.config.derive import Derived, derive
-from scalerl.generation import GENERATORS
 from scalerl.models.load import compute_dtype, load_tokenizer
 from scalerl.precision.base import Heads
 from scalerl.registry import Recipe, build_recipe
@@ -119,7 +118,7 @@ def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Opt
     compute = compute_dtype(cfg.model.dtype, dist.device)
     body = body_dtype(cfg, recipe, dist.device) if body is None else body
     phrase = len(encode_phrase(tok, cfg.length.forced_phrase()))
-    samples_policy = GENERATORS[cfg.generation.name].schema.samples_policy
+    samples_policy = cfg.generation.samples_policy  # the option's schema says (generation/base.py)
     # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
     # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
     remote = recipe.interleaving.generators > 0 and not samples_policy

@@ -55,7 +55,7 @@ def build(cfg, run_dir: Path) -> tuple[RunPlan, Run, Schedule]:
     nodes = async_node(cfg).generator_nodes  # SLURM node roles: those nodes run generators, not ranks
     dist = init_distributed(device, sharded=needs_sharding(launched_world(nodes), body), generator_nodes=nodes)
     plan = plan_run(cfg, dist, ckpt, threads=threads, recipe=recipe, body=body)
-    r = build_run(plan, task, ckpt)
+    r = build_run(plan, task, ckpt, logger=build_logger(cfg) if dist.main else None)
     pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
     return plan, r, build_schedule(plan, r)
 
@@ -98,6 +98,8 @@ class Run:
     params: list
     checkpoint: Path
     """The checkpoint the run started from (generators with their own weights load it too)."""
+    logger: Optional[Logger] = None
+    """The experiment logger (``logger`` group), on the main rank only (``build``)."""
 
 
 def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
@@ -130,7 +132,7 @@ def build_logger(cfg) -> Logger:
     return LOGGERS[cfg.logger.name].fn(cfg.logger)
 
 
-def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
+def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Logger] = None) -> Run:
     cfg, recipe, heads, dist = plan.cfg, plan.recipe, plan.heads, plan.dist
     device, sharded, body, attn = dist.device, plan.sharded, plan.body_dtype, plan.attn
     option = GENERATORS[cfg.generation.name]
@@ -181,7 +183,8 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
                         head_dtype=heads.gen_dtype, seed=cfg.seed)
     generator = TorchGenerator(policy, device) if remote else option.fn(ctx, cfg=cfg.generation)
     return Run(task=task, model=model, trainer=trainer, policy=policy, generator=generator, optimizer=optimizer,
-               scheduler=scheduler, sampler=sampler, n_params=n_params, params=params, checkpoint=Path(ckpt))
+               scheduler=scheduler, sampler=sampler, n_params=n_params, params=params, checkpoint=Path(ckpt),
+               logger=logger)
 
 
 def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
