@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import test_train  # noqa: E402  (the stored curve's config and recorder)
-from scalerl.train import loop  # noqa: E402
+from scalerl.train import setup  # noqa: E402
 
 
 def perturbed_copy(src: Path, dst: Path, seed: int) -> Path:
@@ -47,14 +47,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1, help="-1: no perturbation")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    real = loop.prepare_checkpoint
+    real = setup.prepare_checkpoint
     with tempfile.TemporaryDirectory() as d:
         def perturbed(cfg, log=print):
             task, ckpt = real(cfg, log=log)
             return task, perturbed_copy(ckpt, Path(d) / "ckpt", args.seed)
 
         if args.seed >= 0:
-            loop.prepare_checkpoint = perturbed
+            setup.prepare_checkpoint = perturbed
         got = test_train.record_curve(Path(d) / "curve.json", *args.overrides)
     ref = json.loads(test_train.CURVE.read_text())
     print(f"seed {args.seed}, overrides {args.overrides}")

@@ -26,7 +26,7 @@ def extra(group: str, option: str, files: dict, hf_ckpt) -> list[str]:
     """Required values of an option: a checkpoint directory for model=hf, and the task files
     written by the ``task_files`` fixture for the file-based tasks."""
     needs = {("model", "hf"): [f"model.path={hf_ckpt}"],
-             ("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}"],
+             ("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}", "model.warmstart.enabled=false"],
              ("task", "mix"): [f"task.tasks.math.path={files['math']}", f"task.tasks.code.path={files['code']}"],
              ("generation", "vllm"): ["async=sync"]}  # pipeline_rl's generator processes run the torch engine
     return needs.get((group, option), [])
@@ -244,3 +244,14 @@ def test_vllm_takes_its_body_dtype_from_generation_dtype_not_precision_generator
     with pytest.raises(ConfigError) as e:
         validate(compose(["generation=vllm", "precision=bf16", "precision.generator_body=float32", "async=sync"]))
     assert e.value.key == "precision.generator_body" and "generation.dtype" in str(e.value)
+
+
+def test_a_warm_start_on_a_task_without_answers_fails_before_the_run(task_files):
+    # Code is graded by tests: no reference answer for a supervised warm start to imitate. The
+    # default model warm-starts, so task=code alone is refused at validation, naming the key.
+    with pytest.raises(ConfigError) as e:
+        validate(compose(["task=code", f"task.path={task_files['code']}"]))
+    assert e.value.key == "model.warmstart.enabled" and "task=code" in str(e.value)
+    validate(compose(["task=code", f"task.path={task_files['code']}", "model.warmstart.enabled=false"]))
+    # A mix imitates the entries that have answers (math here): no error.
+    validate(compose(["task=mix", f"task.tasks.math.path={task_files['math']}", f"task.tasks.code.path={task_files['code']}"]))

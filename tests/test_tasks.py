@@ -18,7 +18,8 @@ from scalerl.tasks.prompting import PromptConfig, render
 
 
 def task_cfg(*overrides):
-    return validate(compose(["logger=none", *overrides])).task
+    # No warm start: a task's own settings are checked, and code has no answers to imitate.
+    return validate(compose(["logger=none", "model.warmstart.enabled=false", *overrides])).task
 
 
 def build(cfg, tokenizer=None):

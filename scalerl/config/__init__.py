@@ -147,6 +147,9 @@ def _cross_checks(c: Config) -> None:
     if n_train is not None:
         check(n_train >= c.batch.prompts, "task.n_train",
               f"must be >= batch.prompts={c.batch.prompts} (one step's prompts are distinct problems), got {n_train}")
+    # A supervised warm start imitates the task's answers (train/warmstart.py); a task graded by tests has none
+    check(not (c.model.warmstart.enabled and not c.task.imitable()), "model.warmstart.enabled",
+          f"task={c.task.name} has no answers to imitate in a supervised warm start; set model.warmstart.enabled=false")
     # The study names a folder under <out_root>/sweeps/: a plain name, never a path out of it
     check(bool(STUDY_NAME.fullmatch(str(c.study))) and c.study not in (".", ".."), "study",
           f"must be a plain name (letters, digits and = , . _ + -, no '/'), got {c.study!r}")

@@ -42,6 +42,10 @@ class TaskConfig:
         """The size of the train pool when the config fixes it (None: the data decides)."""
         return None
 
+    def imitable(self) -> bool:
+        """The task has answers a supervised warm start can imitate (``TaskData.sft_stream``)."""
+        return True
+
 
 @dataclass
 class Grades:

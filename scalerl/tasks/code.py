@@ -87,6 +87,9 @@ class CodeConfig(TaskConfig):
         check(self.scoring in SCORINGS, "task.scoring", f"must be one of {SCORINGS}, got {self.scoring!r}")
         check(len(self.tests_fields) > 0, "task.tests_fields", "must name at least one field")
 
+    def imitable(self) -> bool:
+        return False  # tests grade a program; there is no reference program to imitate
+
 
 # ------------------------------------------------------------------ reading records
 class _StringsOnly(pickle.Unpickler):

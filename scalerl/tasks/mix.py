@@ -46,6 +46,9 @@ class MixConfig(TaskConfig):
                   f"is not an entry of task.tasks ({sorted(self.tasks)}); drop it with `~task.weights.{key}`")
             check(w > 0, f"task.weights.{key}", f"must be > 0, got {w}")
 
+    def imitable(self) -> bool:
+        return any(sub.imitable() for sub in self.tasks.values())  # the warm start imitates those that are
+
     def weight(self, key: str) -> float:
         return float(self.weights.get(key, 1.0))
 

@@ -19,9 +19,9 @@ EXPORT_DIR = "final_policy"
 
 def export_policy(run_dir: Path, r, dist, tok) -> Path | None:
     """The run ``r``'s policy, with the tokenizer ``tok``, as an HF checkpoint. Collective when sharded. Rank 0 writes; returns the directory there, None elsewhere."""
-    # A plain module carries the config and the save logic: the trainer's own model, or
-    # (sharded: its parameters are shards) the generator's copy, given the gathered weights.
-    vessel = r.policy.model if r.sharded else r.model
+    # A plain module carries the config and the save logic: the generator's model, which is the
+    # trainer's own unless the trainer is sharded (its parameters are shards), given the gathered weights.
+    vessel = r.policy.model
     weights = full_state_dict(r.model, dtype=next(vessel.parameters()).dtype)
     if not dist.main:
         return None

@@ -9,10 +9,10 @@ Per step:
   advantages group-centred, scaled by ``recipe.advantages``
   update     per-token loss (``recipe.loss``), reduced by ``recipe.aggregate``,
              an AdamW step per minibatch
-  publish    hand the new weights to the generators: the in-process engine now
-             (``Run.sync_generator``: a no-op for the torch engine on the trainer's
-             own model, a transfer into a running vLLM engine), generator
-             processes as the interleaving says
+  publish    hand the new weights to the generators along the run's road, chosen once
+             at set-up (``weights.py``): the in-process engine now (the torch engine on
+             the trainer's own module: only the version moves), generators elsewhere
+             as the interleaving says
   account    FLOPs, device-hours and tokens: the x-axis (see ``compute.py``)
   eval       at the steps of ``eval_steps`` (evenly spaced in log steps, or every ``eval_every``):
              held-out pass rate -> metrics.jsonl,
@@ -41,21 +41,16 @@ import torch
 
 from scalerl.config.eval_schedule import eval_steps
 from scalerl.core.faults import failpoint
-from scalerl.core.heap import return_large_frees
 from scalerl.core.jsonio import JsonlFile, write_json_atomic
 from scalerl.loggers.base import namespaced
-from scalerl.registry import async_node, build_recipe
 from scalerl.train.checkpoint import check_finite, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
-from scalerl.train.distributed import Dist, init_distributed, launched_world, shutdown
+from scalerl.train.distributed import Dist, shutdown
 from scalerl.train.evaluate import heldout_pass_rate
 from scalerl.train.export import export_policy
-from scalerl.train.heldout import pin_heldout
 from scalerl.train.progress import Progress, announce
-from scalerl.train.run_plan import body_dtype, plan_run
-from scalerl.train.setup import build_logger, build_run, build_schedule, pick_device, prepare_checkpoint, resolve_threads
+from scalerl.train.setup import build
 from scalerl.train.sharded_checkpoint import prune, resume, save_sharded
-from scalerl.train.sharding import needs_sharding
 from scalerl.train.signals import StopRequest
 from scalerl.train.update import policy_update
 
@@ -72,22 +67,9 @@ def train(cfg, run_dir: Path, *, run_name: str, group: str, config_dict: dict) -
 def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, config_dict: dict) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     # ------------------------------------------------------------------ setup
-    if cfg.model.release_freed_memory:  # freed activations leave the trainer's RSS (core/heap.py)
-        return_large_frees()
-    device = pick_device(cfg.train.device)
-    threads = resolve_threads(cfg.train.threads)
-    announce(run_dir, "loading the model and the task")
-    task, ckpt_path = prepare_checkpoint(cfg)
-    recipe = build_recipe(cfg)  # once: the plan, the run and the schedules share it
-    generator_nodes = async_node(cfg).generator_nodes  # SLURM node roles: those nodes run generators, not ranks
-    dist = init_distributed(device, sharded=needs_sharding(launched_world(generator_nodes), body_dtype(cfg, recipe, device)),
-                            generator_nodes=generator_nodes)
+    plan, r, sched = build(cfg, run_dir)  # the frozen plan, the live run, the schedule and its weights' road
+    recipe, dist, derived, mine, threads = plan.recipe, plan.dist, plan.derived, plan.mine, plan.threads
     say = print if dist.main else (lambda *a, **k: None)
-    plan = plan_run(cfg, dist, ckpt_path, threads=threads, recipe=recipe)
-    r = build_run(plan, task, ckpt_path)
-    pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
-    derived, mine = plan.derived, plan.mine
-    sched = build_schedule(plan, r)
     devices = (cfg.train.gpus or dist.world) + sched.generator_devices  # device-hours = wall x (trainer + generators)
     metrics, steps_log = JsonlFile(run_dir / "metrics.jsonl"), JsonlFile(run_dir / "steps.jsonl")
     state = {"step": 0, "compute": 0.0, "device_hours": 0.0, "tokens": 0, "wall_s": 0.0,
@@ -99,11 +81,10 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         sched.load_state_dict(saved.get("async", {}))
         state.update(saved["state"])
         say(f"[scalerl] resuming {run_name} from step {state['step']}")
-    r.sync_generator(state["step"])  # the resumed weights, or the start's as version 0
     if dist.main:  # rows written after the checkpoint will be re-done, exactly
         metrics.truncate_after(state["step"] if saved is not None else -1)
         steps_log.truncate_after(state["step"] if saved is not None else -1)
-    logger = build_logger(cfg) if dist.main else None
+    logger = r.logger  # the main rank's; None on the others
     if logger is not None:
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
     static = derived.to_dict() | {"n_params": r.n_params, "threads": threads, "trainer_threads": torch.get_num_threads(),
@@ -131,13 +112,13 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             metrics.append(row)
             logger.log(namespaced("eval", row), state["step"])
             _write_derived(run_dir, static, state)
-        _save(run_dir, r, state, cfg, dist, sched)
+        _save(run_dir, plan, r, state, sched)
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
 
     if plan.interleaving.generators:
         announce(run_dir, f"starting {plan.interleaving.generators} generator process(es)", main=dist.main)
-    sched.start(state["step"])  # generator processes (if any) start and receive the trainer's weights
+    sched.start(state["step"])  # every generator gets the resumed weights, or the start's as version 0
     progress.extra = {"generator_pids": sched.pids}
     try:
         # -------------------------------------------------------- step-0 eval
@@ -163,7 +144,6 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
                                 temperature=cfg.train.temperature, mine=mine, dist=dist,
                                 micro_batch_tokens=cfg.train.micro_batch_tokens, version=step - 1)
             r.scheduler.step()
-            r.sync_generator(step)  # the in-process generator samples from the new weights
             sched.publish(step)  # the generators get version `step` (now, or at the next phase)
             # ---------------------------------------------------------- account
             counts = dist.all_sum(torch.tensor([float(ro.gen_tokens), float(upd["train_tokens"]),
@@ -193,7 +173,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
                 evaluate_and_checkpoint()
                 stopping = stopping or _stop_agreed(stop, dist)  # early stopping decides on this eval: stop now
             elif step % cfg.train.ckpt_every == 0:
-                _save(run_dir, r, state, cfg, dist, sched)
+                _save(run_dir, plan, r, state, sched)
             progress.update(step)
     finally:
         sched.close()  # generator processes stop (their in-flight batches are regenerated on resume)
@@ -202,7 +182,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     status = "done" if state["step"] >= cfg.train.steps else (
         "preempted" if stop.preempted else "stopped_early" if stop.early else "interrupted")
     if status != "done":  # stopped by a signal or a stop request: save exactly where we are
-        _save(run_dir, r, state, cfg, dist, sched)
+        _save(run_dir, plan, r, state, sched)
     elif cfg.train.export_policy:  # the final policy as an ordinary HF checkpoint directory
         export_policy(run_dir, r, dist, plan.sampling.tok)
     progress.update(state["step"], status=status)
@@ -252,10 +232,11 @@ def _stop_agreed(stop: StopRequest, dist) -> bool:
     return dist.all_sum(torch.tensor([float(stop.requested)])).item() > 0
 
 
-def _save(run_dir: Path, r, state: dict, cfg, dist, sched) -> None:
+def _save(run_dir: Path, plan, r, state: dict, sched) -> None:
     """Checkpoint: sharded (DCP, every rank) or one .pt file (rank 0)."""
+    cfg, dist = plan.cfg, plan.dist
     extra = {"scheduler": r.scheduler.state_dict(), "sampler": sched.sampler_state(state["step"]), "state": dict(state)}
-    if r.sharded:
+    if plan.sharded:
         if sched.state_dict().get("pending"):
             # Batches generated ahead (ppo_off_policy) are tensors, which a sharded checkpoint's
             # JSON extra state cannot hold: such a run checkpoints at its phase boundaries only,

@@ -58,7 +58,7 @@ from scalerl.train.rollout import (
 )
 from scalerl.train.distributed import Dist
 from scalerl.train.schedule import Batch, batch_stats
-from scalerl.train.weights import push_weights
+from scalerl.train.weights import Road
 
 
 def generator_device(trainer: torch.device, j: int) -> str:
@@ -108,39 +108,52 @@ def _cpu_copy(x):
     return x
 
 
+def generators_dtype(plan) -> str:
+    """The generator processes' body dtype: the precision axis's generator body, else the trainer's."""
+    return str(plan.heads.gen_body_dtype or plan.body_dtype).removeprefix("torch.")
+
+
+def generator_pool(plan, r, *, gen_threads: int, dtype: str) -> GeneratorPool | None:
+    """The generator processes (not started yet), owned by rank 0 alone; None on the other ranks.
+    ``gen_threads``: each generator's CPU threads; ``dtype``: their body dtype."""
+    if not plan.dist.main:
+        return None
+    mode, cfg, device = plan.interleaving, plan.cfg, plan.dist.device
+    spec = WorkerSpec(
+        rank=0, n_generators=mode.generators, checkpoint=str(r.checkpoint), device="cpu", dtype=dtype,
+        compute_dtype=str(plan.compute_dtype).removeprefix("torch."), heads=plan.recipe.heads,
+        attn_implementation=plan.attn, threads=gen_threads,
+        timeout_s=mode.timeout_s, in_flight=mode.in_flight, schema=(),
+        generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
+    # The push schema needs shapes only (no gather). Generators the trainer does not start: an
+    # operator's (external_generators), then the job's generator nodes' (launch/roles.py), the last ones.
+    node = async_node(cfg)
+    return GeneratorPool(spec, mode.generators, r.model.state_dict(),
+                         devices=[generator_device(device, j) for j in range(mode.generators)],
+                         external=node.external_generators + node.generator_nodes,
+                         rendezvous=job_rendezvous() if node.generator_nodes else None, device=device)
+
+
 class PipelineSchedule:
-    def __init__(self, plan, r, *, gen_threads: int):
-        """``plan``: the ``RunPlan``; ``r``: the live ``Run``; ``gen_threads``: each generator's CPU threads."""
+    def __init__(self, plan, r, road: Road, pool: GeneratorPool | None, *, evaluate_in_generators: bool):
+        """``plan``: the ``RunPlan``; ``r``: the live ``Run``; ``road``: how the weights reach the
+        in-process engine and the generators (``setup.build``); ``pool``: the generator processes
+        (rank 0; None elsewhere); ``evaluate_in_generators``: the run's engine lives in the generator
+        processes only (an engine that loads its own weights, e.g. vLLM), which then sample the
+        evaluations too, and ``r.generator`` only tracks the trainer's version."""
         self.plan, self.r, self.cfg, self.mode = plan, r, plan.cfg, plan.interleaving
-        mode, cfg, device = self.mode, plan.cfg, plan.dist.device
-        self.device, self.tok = device, plan.sampling.tok
-        self.generator_devices = mode.generators
+        self.road, self.pool, self.evaluate_in_generators = road, pool, evaluate_in_generators
+        self.device, self.tok = plan.dist.device, plan.sampling.tok
+        self.generator_devices = self.mode.generators
         self.dist = plan.dist  # the loop's: scatter_batch hands the shares out over its default group
         self.main, self.world = plan.dist.main, plan.dist.world
         self.per_rank = plan.derived.prompts_per_rank
-        self.pool_dtype = str(plan.heads.gen_body_dtype or plan.body_dtype).removeprefix("torch.")  # the generators'
-        spec = WorkerSpec(
-            rank=0, n_generators=mode.generators, checkpoint=str(r.checkpoint), device="cpu",
-            dtype=self.pool_dtype,
-            compute_dtype=str(plan.compute_dtype).removeprefix("torch."), heads=plan.recipe.heads,
-            attn_implementation=plan.attn, threads=gen_threads,
-            timeout_s=mode.timeout_s, in_flight=mode.in_flight, schema=(),
-            generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
-        # Rank 0 alone talks to the generators; the push schema needs shapes only (no gather).
-        # Generators the trainer does not start: an operator's (external_generators), then the
-        # job's generator nodes' (launch/roles.py), the last ones.
-        node = async_node(cfg)
-        self.pool = GeneratorPool(spec, mode.generators, r.model.state_dict(),
-                                  devices=[generator_device(device, j) for j in range(mode.generators)],
-                                  external=node.external_generators + node.generator_nodes,
-                                  rendezvous=job_rendezvous() if node.generator_nodes else None,
-                                  device=device) if self.main else None
         self.requests: dict = {}  # job -> Request (what scoring its completions needs)
         self.jobs: dict[int, int] = {}  # step -> the job of its batch
         self.next_job = 1
         self.snapshots: dict[int, dict] = {}  # sampler state right after drawing each dispatched step
         self.dispatched = 0
-        self.clocks = [(0.0, 0.0)] * mode.generators  # per generator: (idle + push s, elapsed s) at its last shard
+        self.clocks = [(0.0, 0.0)] * self.mode.generators  # per generator: (idle + push s, elapsed s) at its last shard
         self.last: dict = {}
         self.wait_s = self.push_s = 0.0
 
@@ -152,22 +165,16 @@ class PipelineSchedule:
     def eval_on_main(self) -> bool:
         """Evaluation is sampled by the generator processes (``eval_generator``), which only rank 0
         talks to: with several ranks, rank 0 evaluates the whole held-out split alone."""
-        return self.world > 1 and self.r.engine_in_generators
+        return self.world > 1 and self.evaluate_in_generators
 
     # --------------------------------------------------------------- stream
     def start(self, version: int) -> None:
-        self.r.generator.version = version
         self.snapshots[version] = self.r.sampler.state_dict()
         self.dispatched = version
         if self.main:
             self.pool.start()
         self._dispatch(version)
-        self.push_s = self._push(version)
-
-    def _push(self, version: int) -> float:
-        """Every rank joins the gathers, a bucket at a time (collective when sharded); rank 0 streams
-        each bucket to the generators in their dtype (``train/weights.py``)."""
-        return push_weights(self.pool, version, self.r.model, self.pool_dtype)
+        self.push_s = self.road.start(version)  # the in-process engine, then the generators (weights.py)
 
     def _dispatch(self, version: int) -> None:
         """Order every step the lag bound lets the generators start from ``version`` on."""
@@ -205,9 +212,9 @@ class PipelineSchedule:
     @property
     def eval_generator(self):
         """The trainer's in-process engine; or the generator processes, when the run's engine lives
-        only there (``Run.engine_in_generators``, e.g. vLLM): evaluations are then sampled by the
+        only there (``evaluate_in_generators``, e.g. vLLM): evaluations are then sampled by the
         same engine as the training batches."""
-        return _Generators(self) if self.r.engine_in_generators else self.r.generator
+        return _Generators(self) if self.evaluate_in_generators else self.r.generator
 
     def generate_now(self, prompts, params: SamplingParams) -> Generation:
         """``prompts`` sampled by the generator processes with the trainer's current weights: ordered as
@@ -264,9 +271,8 @@ class PipelineSchedule:
         return Batch(ro, ro.prompt_index, fresh), stats
 
     def publish(self, step: int) -> None:
-        self.r.generator.version = step
         self._dispatch(step)  # orders before the push: a generator that has the push has the orders
-        self.push_s = self._push(step) if self.mode.pushes_after(step) else 0.0
+        self.push_s = self.road.publish(step)
 
     def stats(self, wall: float) -> dict:
         return {**self.last, "trainer_idle_frac": min(self.wait_s / wall, 1.0) if wall > 0 else 0.0,

@@ -62,6 +62,14 @@ class RunPlan:
     heads: Heads
     attn: Optional[str]
     """The attention implementation every copy of the model loads with (``attn_implementation``)."""
+    engine_in_generators: bool
+    """The run's engine lives in the generator processes only (``async=pipeline_rl`` with an engine
+    that loads its own weights, e.g. vLLM): they sample evaluations too, and the in-process
+    generator only tracks the trainer's version."""
+    engine_road: str
+    """How the in-process engine gets the trainer's weights (``weights.py``): ``shared`` (it samples
+    from the trainer's own module), ``copy`` (its own copy, the trainer being sharded) or
+    ``load_weights`` (an engine with weights of its own, e.g. vLLM in the trainer's process)."""
 
     @property
     def interleaving(self) -> Interleaving:
@@ -98,18 +106,25 @@ def attn_implementation(cfg, body: torch.dtype) -> Optional[str]:
     return "eager" if body == torch.float32 else None
 
 
-def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Optional[Recipe] = None) -> RunPlan:
+def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Optional[Recipe] = None,
+             body: Optional[torch.dtype] = None) -> RunPlan:
     """Bind the validated ``cfg`` to this process (``dist``) and the checkpoint it starts from: the
     ranks it really got are checked again here (``check_ranks``: torchrun says how many only now).
-    ``recipe``: the config's, when the caller has built it already (the loop, for ``body_dtype``)."""
+    ``recipe`` and ``body`` (``body_dtype``): the config's, when the caller has them already
+    (``setup.build``: it needs them before the process group is joined)."""
     check_ranks(cfg, dist.world)
     recipe = build_recipe(cfg) if recipe is None else recipe
     tok = load_tokenizer(checkpoint)
     compute = compute_dtype(cfg.model.dtype, dist.device)
-    body = body_dtype(cfg, recipe, dist.device)
+    body = body_dtype(cfg, recipe, dist.device) if body is None else body
     phrase = len(encode_phrase(tok, cfg.length.forced_phrase()))
+    samples_policy = cfg.generation.samples_policy  # the option's schema says (generation/base.py)
+    # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
+    # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
+    remote = recipe.interleaving.generators > 0 and not samples_policy
+    road = "load_weights" if not (samples_policy or remote) else "copy" if dist.mesh is not None and not remote else "shared"
     return RunPlan(cfg=cfg, recipe=recipe, derived=derive(cfg, dist.world, phrase),
                    sampling=Sampling(tok=tok, max_new_tokens=cfg.length.max_new_tokens,
                                      temperature=cfg.train.temperature, device=dist.device),
                    dist=dist, threads=threads, compute_dtype=compute, body_dtype=body, heads=recipe.heads(compute),
-                   attn=attn_implementation(cfg, body))
+                   attn=attn_implementation(cfg, body), engine_in_generators=remote, engine_road=road)

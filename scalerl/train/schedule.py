@@ -25,9 +25,9 @@ from typing import Optional, Protocol
 import torch
 
 from scalerl.asynchrony.base import version_stats, within_lag
-from scalerl.generation.engines import Generator, TorchGenerator
+from scalerl.generation import Generator
 from scalerl.train.rollout import Rollout, rollout, rollout_from_state, rollout_state
-from scalerl.train.weights import trainer_state_dict
+from scalerl.train.weights import Road
 
 
 @dataclass
@@ -56,7 +56,8 @@ class Schedule(Protocol):
     def rollout(self, step: int) -> Batch: ...
 
     def publish(self, step: int) -> None:
-        """The trainer now holds version ``step``: hand it to the generators as the plan says."""
+        """The trainer now holds version ``step``: hand it to the generators along the run's road
+        (``weights.Road``), as the interleaving says."""
 
     def stats(self, wall: float) -> dict:
         """This step's async metrics, given its wall time."""
@@ -85,12 +86,13 @@ class LocalSchedule:
     pids: list[int] = []
     eval_on_main = False  # every rank samples its share in-process
 
-    def __init__(self, plan, r, *, own_generator: Optional[TorchGenerator] = None):
-        """``plan``: the ``RunPlan``; ``r``: the live ``Run``; ``own_generator``: the generator's own
-        copy of the weights (a body dtype of its own, ``setup.own_generator``), else None."""
+    def __init__(self, plan, r, road: Road, *, batch_generator: Optional[Generator] = None):
+        """``plan``: the ``RunPlan``; ``r``: the live ``Run``; ``road``: how the weights reach the
+        generators (``setup.build``); ``batch_generator``: the sampler with a body dtype of its own
+        that generates the training batches (``setup.own_generator``), else None (``r.generator``)."""
         self.plan, self.r, self.cfg, self.mode = plan, r, plan.cfg, plan.interleaving
-        self.own = own_generator
-        self.gen_kw = plan.sampling.kw(r.generator if own_generator is None else own_generator)
+        self.road = road
+        self.gen_kw = plan.sampling.kw(r.generator if batch_generator is None else batch_generator)
         self.pending: dict[int, tuple[Rollout, list[int], int]] = {}  # step -> (rollout, prompts, sampler.drawn)
         self.drawn_at: dict[int, int] = {}
         self.gen_s = self.push_s = 0.0
@@ -101,9 +103,7 @@ class LocalSchedule:
         return self.r.generator  # the trainer's weights, in its dtype
 
     def start(self, version: int) -> None:
-        self.r.generator.version = version
-        if self.own is not None:
-            self.own.load_weights(trainer_state_dict(self.r.model).items(), version)
+        self.road.start(version)
 
     def rollout(self, step: int) -> Batch:
         r, cfg = self.r, self.cfg
@@ -126,11 +126,7 @@ class LocalSchedule:
         return Batch(ro, prompts, fresh)
 
     def publish(self, step: int) -> None:
-        self.r.generator.version = step  # the trainer's own module: always the trainer's version
-        t = time.perf_counter()
-        if self.own is not None and self.mode.pushes_after(step):
-            self.own.load_weights(trainer_state_dict(self.r.model).items(), step)
-        self.push_s = time.perf_counter() - t
+        self.push_s = self.road.publish(step)
 
     def stats(self, wall: float) -> dict:
         # One device alternates: idle as a generator while it trains, idle as a trainer while it generates.

@@ -1,8 +1,10 @@
-"""Build everything a run needs from its validated config (no training here):
-the task, the starting checkpoint (built, warm-started and cached if needed),
-the recipe of axis functions, the trainer (FSDP2-sharded when the run needs
-it, ``sharding.py``), the generator's policy, the optimizer, the prompt stream
-and the async schedule (with its generator processes, if any)."""
+"""Build everything a run needs from its validated config, in one call (``build``; no
+training here): the task, the starting checkpoint (built, warm-started and cached if
+needed), the recipe of axis functions, the process group, the frozen ``RunPlan``, the
+trainer (FSDP2-sharded when the run needs it, ``sharding.py``), the generator's policy,
+the optimizer, the prompt stream, the road the weights take to the generators
+(``weights.py``) and the async schedule (with its generator processes, if any).
+docs/architecture.md, "A run's start, in order", follows it step by step."""
 from __future__ import annotations
 
 import os
@@ -12,23 +14,48 @@ from typing import Optional
 
 import torch
 
-from scalerl.core.errors import ConfigError
+from scalerl.core.heap import return_large_frees
 from scalerl.generation.engines import GENERATORS, EngineContext, Generator, TorchGenerator
 from scalerl.loggers import LOGGERS
 from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
 from scalerl.models.load import CheckpointUnits, build_empty, load_model, load_tokenizer
 from scalerl.models.policy import CompletionLogits, Policy, checkpoint_layers
+from scalerl.registry import async_node, build_recipe
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
-from scalerl.train.pipeline import PipelineSchedule
+from scalerl.train.distributed import init_distributed, launched_world
+from scalerl.train.heldout import pin_heldout
+from scalerl.train.pipeline import PipelineSchedule, generator_pool, generators_dtype
+from scalerl.train.progress import announce
 from scalerl.train.prompt_stream import PromptSampler
-from scalerl.train.run_plan import RunPlan
+from scalerl.train.run_plan import RunPlan, body_dtype, plan_run
 from scalerl.train.schedule import LocalSchedule, Schedule
-from scalerl.train.sharding import copy_weights, shard_trainer
+from scalerl.train.sharding import needs_sharding, shard_trainer
 from scalerl.train.warmstart import warm_start_checkpoint
-from scalerl.train.weights import trainer_state_dict
+from scalerl.train.weights import Copy, LoadWeights, Remote, Road, SharedModule
+
+
+def build(cfg, run_dir: Path) -> tuple[RunPlan, Run, Schedule]:
+    """Everything the run of the validated ``cfg`` in ``run_dir`` needs, in the order it needs it:
+    the frozen plan (what the config decides, bound to this process), the live run and its
+    schedule (which owns the road the weights take to the generators)."""
+    if cfg.model.release_freed_memory:  # freed activations leave the trainer's RSS (core/heap.py)
+        return_large_frees()
+    device = pick_device(cfg.train.device)
+    threads = resolve_threads(cfg.train.threads)
+    announce(run_dir, "loading the model and the task")
+    task, ckpt = prepare_checkpoint(cfg)  # before the process group: HF writes on rank 0 only
+    recipe = build_recipe(cfg)  # once: the plan, the run and the schedules share it
+    # The body dtype decides whether the trainer is sharded, so it comes before the process group.
+    body = body_dtype(cfg, recipe, device)
+    nodes = async_node(cfg).generator_nodes  # SLURM node roles: those nodes run generators, not ranks
+    dist = init_distributed(device, sharded=needs_sharding(launched_world(nodes), body), generator_nodes=nodes)
+    plan = plan_run(cfg, dist, ckpt, threads=threads, recipe=recipe, body=body)
+    r = build_run(plan, task, ckpt, logger=build_logger(cfg) if dist.main else None)
+    pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
+    return plan, r, build_schedule(plan, r)
 
 
 def pick_device(name: str) -> torch.device:
@@ -67,30 +94,10 @@ class Run:
     sampler: PromptSampler
     n_params: int
     params: list
-    sharded: bool
-    """``model`` is FSDP2-sharded (its parameters are shards): the plan's ``sharded``."""
     checkpoint: Path
     """The checkpoint the run started from (generators with their own weights load it too)."""
-    shares_policy: bool = True
-    """The generator samples from ``policy`` itself (the torch engine), not from weights of its own."""
-    engine_in_generators: bool = False
-    """The run's engine lives in the generator processes only (``async=pipeline_rl`` with an engine
-    that loads its own weights, e.g. vLLM): they sample evaluations too; ``generator`` only keeps
-    the trainer's version."""
-    policy_is_copy: bool = False
-    """``policy`` holds its own copy of the weights (sharded, sampled in-process), refreshed by a push."""
-
-    def sync_generator(self, version: int) -> None:
-        """After an update (or a resume): the in-process generator samples from the trainer's
-        current weights, as ``version``. The torch engine on the trainer's own model copies
-        nothing; on its own copy (sharded) it gets a full-weight push; an engine with weights
-        of its own (vLLM) gets them through ``load_weights``."""
-        if not self.shares_policy:
-            self.generator.load_weights(trainer_state_dict(self.model).items(), version)
-            return
-        if self.policy_is_copy:
-            copy_weights(self.model, self.policy)
-        self.generator.version = version
+    logger: Optional[Logger] = None
+    """The experiment logger (``logger`` group), on the main rank only (``build``)."""
 
 
 def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
@@ -105,9 +112,7 @@ def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
     base, tok, task = base_and_task(cfg, log=log)
     if not cfg.model.warmstart.enabled:
         return task, base
-    if task.sft_stream is None:
-        raise ConfigError("model.warmstart.enabled", f"task={cfg.task.name} has no answers to imitate in a supervised "
-                                                     "warm start; set model.warmstart.enabled=false")
+    # A task without answers to imitate is refused with the config (``task.imitable()``, config._cross_checks).
     # The default's warm start ships with the package (docs/embedded.md): every machine starts RL
     # from the same weights, and nothing trains SFT at run time. Other settings build and cache theirs.
     return task, warm_start_checkpoint(cfg, base, task, tok, Path(cfg.cache_dir).expanduser(), log=log)
@@ -125,14 +130,13 @@ def build_logger(cfg) -> Logger:
     return LOGGERS[cfg.logger.name].fn(cfg.logger)
 
 
-def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
+def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Logger] = None) -> Run:
     cfg, recipe, heads, dist = plan.cfg, plan.recipe, plan.heads, plan.dist
     device, sharded, body, attn = dist.device, plan.sharded, plan.body_dtype, plan.attn
     option = GENERATORS[cfg.generation.name]
-    # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
-    # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
-    # The trainer keeps the torch sampler over its own model, which then only tracks the version.
-    remote = plan.interleaving.generators > 0 and not option.schema.samples_policy
+    # An engine in the generator processes only (``plan.engine_in_generators``): the trainer keeps
+    # the torch sampler over its own model, which then only tracks the version.
+    remote, copy = plan.engine_in_generators, plan.engine_road == "copy"
     if sharded:
         # fp32 master weights built on the meta device; each FSDP2 unit is read from the checkpoint
         # just before it is sharded (``CheckpointUnits``): no rank ever holds a full copy.
@@ -144,7 +148,6 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
     if cfg.model.activation_checkpointing:  # before fully_shard: the composable checkpoint composes with it
         checkpoint_layers(model)
     trainer = CompletionLogits(model, heads.train, head_chunk=cfg.train.head_chunk)
-    copy = False
     if sharded:
         head = torch.float32 if heads.train_dtype == torch.float32 else body
         units = CheckpointUnits(ckpt, model, dtype=torch.float32, device=torch.device("cpu"))
@@ -152,7 +155,6 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
         shard_trainer(trainer, dist.mesh, compute_dtype=body, head_dtype=head, materialize=units.materialize)
         # A generator copy only where this process samples from it: not for an engine with weights of
         # its own (vLLM) or one in generator processes; they get weights pushed from ``model``.
-        copy = option.schema.samples_policy and not remote
         if copy:
             gen_model = load_model(ckpt, dtype=body, device=device, attn_implementation=attn)
         else:
@@ -179,10 +181,8 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path) -> Run:
                         head_dtype=heads.gen_dtype, seed=cfg.seed)
     generator = TorchGenerator(policy, device) if remote else option.fn(ctx, cfg=cfg.generation)
     return Run(task=task, model=model, trainer=trainer, policy=policy, generator=generator, optimizer=optimizer,
-               scheduler=scheduler, sampler=sampler, n_params=n_params, params=params, sharded=sharded,
-               checkpoint=Path(ckpt),
-               shares_policy=getattr(generator, "policy", None) is policy, engine_in_generators=remote,
-               policy_is_copy=copy)
+               scheduler=scheduler, sampler=sampler, n_params=n_params, params=params, checkpoint=Path(ckpt),
+               logger=logger)
 
 
 def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
@@ -192,7 +192,7 @@ def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
     engine has weights of its own (vLLM)."""
     gen_dtype = plan.heads.gen_body_dtype or plan.body_dtype
     rounds = plan.heads.gen_round_dtype not in (None, gen_dtype)
-    if not r.shares_policy or (gen_dtype == plan.body_dtype and not rounds):
+    if plan.engine_road == "load_weights" or (gen_dtype == plan.body_dtype and not rounds):
         return None
     model = load_model(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn)
     model.eval()
@@ -200,12 +200,27 @@ def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
                           round_to=plan.heads.gen_round_dtype if rounds else None)
 
 
+def engine_road(plan: RunPlan, r: Run):
+    """How the in-process engine ``r.generator`` gets the trainer's weights (``plan.engine_road``)."""
+    if plan.engine_road == "load_weights":
+        return LoadWeights(r.model, r.generator)
+    if plan.engine_road == "copy":
+        return Copy(r.model, r.policy, r.generator)
+    return SharedModule(r.generator)
+
+
 def build_schedule(plan: RunPlan, r: Run) -> Schedule:
-    """The schedule for the plan's ``async`` mode. With generator processes, the run's threads are
-    shared: each generator takes ``async.generator_threads`` (0: an equal share), the trainer the rest."""
+    """The schedule for the plan's ``async`` mode, with the road its weights take (``weights.Road``).
+    With generator processes, the run's threads are shared: each generator takes
+    ``async.generator_threads`` (0: an equal share), the trainer the rest."""
     mode = plan.interleaving
     if mode.generators == 0:
-        return LocalSchedule(plan, r, own_generator=own_generator(plan, r))
+        own = own_generator(plan, r)  # the training batches' sampler, when it has a dtype of its own
+        road = Road(engine_road(plan, r), None if own is None else LoadWeights(r.model, own), mode.pushes_after)
+        return LocalSchedule(plan, r, road, batch_generator=own)
     gen_threads = mode.generator_threads or max(1, plan.threads // (1 + mode.generators))
     torch.set_num_threads(max(1, plan.threads - mode.generators * gen_threads))
-    return PipelineSchedule(plan, r, gen_threads=gen_threads)
+    dtype = generators_dtype(plan)
+    pool = generator_pool(plan, r, gen_threads=gen_threads, dtype=dtype)
+    road = Road(engine_road(plan, r), Remote(pool, r.model, dtype), mode.pushes_after)
+    return PipelineSchedule(plan, r, road, pool, evaluate_in_generators=plan.engine_in_generators)

@@ -32,6 +32,7 @@ from torch.distributed.tensor import DTensor
 
 from scalerl.core.jsonio import write_json_atomic
 from scalerl.train.checkpoint import CheckpointsRefused, ckpt_dir, list_checkpoints, load_plain
+from scalerl.train.sharding import is_sharded
 
 EXTRA = "extra.json"
 
@@ -207,7 +208,7 @@ def _load_dcp(path: Path, r) -> None:
 
 def _load_full(model_sd: dict, optim_sd: dict, r) -> None:
     """A plain checkpoint's full state dicts (HF names; the optimizer's native format)."""
-    if not r.sharded:
+    if not is_sharded(r.model):
         r.model.load_state_dict(model_sd)
         r.optimizer.load_state_dict(optim_sd)
         return

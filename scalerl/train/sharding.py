@@ -28,6 +28,11 @@ def needs_sharding(world: int, compute_dtype: torch.dtype) -> bool:
     return world > 1 or compute_dtype != torch.float32
 
 
+def is_sharded(model: torch.nn.Module) -> bool:
+    """``model``'s parameters are FSDP2 shards (the plan was ``sharded`` when it was built)."""
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
 def shard_trainer(trainer: torch.nn.Module, mesh, *, compute_dtype: torch.dtype, head_dtype: torch.dtype,
                   materialize=None) -> None:
     """Apply FSDP2 in place: one unit per decoder layer, the rest (embeddings, final

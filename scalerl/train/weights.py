@@ -1,21 +1,118 @@
-"""The trainer's weights as a push sends them: full, unsharded, by name.
+"""The road the trainer's weights take to whatever samples from them, chosen once at set-up
+(``setup.build``); the schedule calls its ``publish(version)`` after every optimizer step.
 
-``trainer_tensors`` is the one call every trainer rank makes for a push; the rank
-that owns the generator pool hands the pairs to ``GeneratorPool.push``, the others
-join its gathers (``push_weights``). A group at a time: no rank holds the whole
-model for a push (``train/sharding.py``).
+The in-process engine (``Run.generator``: evaluation, and the training batches when the
+trainer's process generates them) always holds the trainer's current version. It gets it
+by one of three roads (``Engine``):
+
+- ``SharedModule``: the engine samples from the trainer's own module; nothing to copy, only
+  the version moves (the torch engine on an unsharded trainer);
+- ``Copy``: the engine samples from its own copy of the model, in the generator's dtype
+  (an FSDP2-sharded trainer, ``sharding.py``): the full weights are copied in, in process;
+- ``LoadWeights``: an engine with weights of its own gets them through
+  ``Generator.load_weights`` (vLLM in the trainer's process; the torch sampler with its own
+  body dtype, ``precision.generator_body``).
+
+Generators elsewhere (``Road.batches``) get the version when the interleaving pushes
+(``Interleaving.pushes_after``, arXiv 2510.13786 §3.1): an own-dtype sampler by
+``LoadWeights``, generator processes by ``Remote`` (over gloo, or vLLM's gloo and NCCL planes:
+``GeneratorPool.push``). Every road reads the weights through ``trainer_state_dict`` or
+``trainer_tensors``, collective when the trainer is sharded: every rank publishes.
 """
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Protocol
 
 import torch
 from torch.distributed.tensor import DTensor
 
 from scalerl.generation.fleet import GeneratorPool
 from scalerl.generation.transfer import BUCKET_BYTES
-from scalerl.train.sharding import full_state_dict, iter_full_tensors
+from scalerl.train.sharding import copy_weights, full_state_dict, iter_full_tensors
+
+
+class Engine(Protocol):
+    """One road's end: ``publish`` hands it the trainer's weights as ``version``; returns the
+    seconds the trainer was held up."""
+
+    def publish(self, version: int) -> float: ...
+
+
+@dataclass
+class SharedModule:
+    """The engine samples from the trainer's own module: nothing to copy, just the version."""
+
+    generator: object
+
+    def publish(self, version: int) -> float:
+        self.generator.version = version
+        return 0.0
+
+
+@dataclass
+class Copy:
+    """The engine samples from ``policy``, its own copy of the model (the trainer is sharded):
+    the full weights are copied in (``sharding.copy_weights``)."""
+
+    model: torch.nn.Module
+    policy: object
+    generator: object
+
+    def publish(self, version: int) -> float:
+        t = time.perf_counter()
+        copy_weights(self.model, self.policy)
+        self.generator.version = version
+        return time.perf_counter() - t
+
+
+@dataclass
+class LoadWeights:
+    """An engine with weights of its own: the trainer's full state dict through ``load_weights``."""
+
+    model: torch.nn.Module
+    generator: object
+
+    def publish(self, version: int) -> float:
+        t = time.perf_counter()
+        self.generator.load_weights(trainer_state_dict(self.model).items(), version)
+        return time.perf_counter() - t
+
+
+@dataclass
+class Remote:
+    """Generator processes: every rank joins the gathers, a bucket at a time; rank 0 (``pool``;
+    None elsewhere) streams each bucket to the generators in their dtype (``push_weights``)."""
+
+    pool: Optional[GeneratorPool]
+    model: torch.nn.Module
+    dtype: str
+
+    def publish(self, version: int) -> float:
+        return push_weights(self.pool, version, self.model, self.dtype)
+
+
+@dataclass
+class Road:
+    """The run's road: the in-process ``engine`` at every version, then the generators
+    elsewhere (``batches``, if any) when ``pushes_after(version)``."""
+
+    engine: Engine
+    batches: Optional[Engine] = None
+    pushes_after: Callable[[int], bool] = lambda version: True
+
+    def publish(self, version: int) -> float:
+        """After an optimizer step. Returns the seconds the push to ``batches`` held the trainer up."""
+        self.engine.publish(version)
+        if self.batches is None or not self.pushes_after(version):
+            return 0.0
+        return self.batches.publish(version)
+
+    def start(self, version: int) -> float:
+        """At the start or a resume: every end gets ``version``, whatever the interleaving."""
+        self.engine.publish(version)
+        return 0.0 if self.batches is None else self.batches.publish(version)
 
 
 def trainer_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -45,9 +142,9 @@ def trainer_tensors(model: torch.nn.Module, dtype: torch.dtype | str | None = No
 
 
 def push_weights(pool: GeneratorPool | None, version: int, model: torch.nn.Module, dtype: torch.dtype | str) -> float:
-    """Push the trainer's weights as ``version``: every trainer rank calls this after its optimizer
-    step; the rank with the pool (rank 0) sends, the others pass ``pool=None`` and only join the
-    gathers. Returns the seconds this rank was held up."""
+    """Push the trainer's weights as ``version`` to generator processes: every trainer rank calls
+    this after its optimizer step; the rank with the pool (rank 0) sends, the others pass
+    ``pool=None`` and only join the gathers. Returns the seconds this rank was held up."""
     if pool is not None:
         return pool.push(version, trainer_tensors(model, dtype))
     t = time.perf_counter()

@@ -1,0 +1,117 @@
+"""Follow a run's config through its set-up, and one weight push through its files, by tracing
+a real run (``sys.settrace``): what docs/architecture.md, "Following a run's start", reports.
+
+    PYTHONPATH=$PWD python benchmarks/follow_cfg.py                       # the default road (sync, torch engine)
+    PYTHONPATH=$PWD python benchmarks/follow_cfg.py model.dtype=bfloat16  # a sharded trainer: the copy road
+    PYTHONPATH=$PWD python benchmarks/follow_cfg.py precision.generator_body=bf16  # an engine with its own weights
+
+It trains one step of the tiny model and prints:
+
+- set-up, from ``train()`` to the first rollout, following ``cfg``: a call is followed when one of
+  its arguments (``self`` aside) is the config, one of its nodes, or an object holding it as
+  ``.cfg`` (the plan). It lists the scalerl modules those calls enter, how many times
+  ``train/setup.py`` is entered from another module, and how many times the reader climbs back
+  up to the entry (a followed call from ``train/loop.py`` into another module returns there);
+- the files of scalerl code run by one ``publish`` (the loop's one call after the update, step 1),
+  the loop's own file included.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "scalerl"
+DEFAULT = ["logger=none", "train.threads=1", "async=sync", "train.steps=1", "train.eval_samples=1",
+           "task.think=0", "length.max_new_tokens=8", "model.warmstart.final_steps=0"]
+
+
+def config_nodes(cfg) -> set[int]:
+    """ids of the config and of every dataclass node under it."""
+    out, todo = set(), [cfg]
+    while todo:
+        node = todo.pop()
+        if is_dataclass(node) and id(node) not in out:
+            out.add(id(node))
+            todo += [getattr(node, f.name) for f in fields(node)]
+        elif isinstance(node, dict):
+            todo += list(node.values())
+    return out
+
+
+def module_of(frame) -> str | None:
+    path = Path(frame.f_code.co_filename)
+    return str(path.relative_to(PKG)) if path.is_relative_to(PKG) else None
+
+
+def follow(overrides: list[str]) -> dict:
+    from scalerl.config import compose, validate
+    from scalerl.train.loop import train
+
+    cfg = validate(compose([*DEFAULT, *overrides]))
+    nodes = config_nodes(cfg)
+    seen = {"modules": set(), "setup_entries": 0, "climbs": [], "push_files": None}
+    state = {"setup": True, "push": None}
+
+    def carries_cfg(frame) -> bool:
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        for name in names:
+            if name == "self":
+                continue
+            v = frame.f_locals.get(name)
+            if id(v) in nodes or id(getattr(v, "cfg", None)) in nodes:
+                return True
+        return False
+
+    def tracer(frame, event, arg):
+        if event != "call":
+            return None
+        mod = module_of(frame)
+        if mod is None:
+            return None
+        caller = frame.f_back
+        while caller is not None and module_of(caller) is None:
+            caller = caller.f_back
+        up = module_of(caller) if caller is not None else None
+        name = frame.f_code.co_name
+        if state["setup"] and name == "rollout" and mod in ("train/schedule.py", "train/pipeline.py"):
+            state["setup"] = False  # the first step begins: set-up is over
+        if state["setup"] and mod != up and carries_cfg(frame):
+            seen["modules"].add(mod)
+            seen["setup_entries"] += mod == "train/setup.py"
+            if up == "train/loop.py":
+                seen["climbs"].append(f"{mod}:{name}")
+        if name == "publish" and up == "train/loop.py" and seen["push_files"] is None:
+            state["push"] = {"train/loop.py", mod}
+            seen["push_files"] = state["push"]
+            return lambda f, e, a: _end_push(f, e) if e == "return" else None
+        if state["push"] is not None:
+            state["push"].add(mod)
+        return None
+
+    def _end_push(frame, event):
+        state["push"] = None  # the publish call returned
+
+    with tempfile.TemporaryDirectory() as d:
+        sys.settrace(tracer)
+        try:
+            train(cfg, Path(d) / "run", run_name="follow", group="follow", config_dict={})
+        finally:
+            sys.settrace(None)
+    return seen
+
+
+def main() -> None:
+    seen = follow(sys.argv[1:])
+    print(f"set-up follows cfg through {len(seen['modules'])} scalerl modules: {sorted(seen['modules'])}")
+    print(f"train/setup.py entered {seen['setup_entries']} time(s); climbs back up to the loop: "
+          f"{len(seen['climbs'])} ({', '.join(seen['climbs'])})")
+    files = sorted(seen["push_files"] or [])
+    print(f"one publish reads {len(files)} files: {files}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The road the weights take (train/weights.py): the in-process engine gets every version, the
+generators elsewhere only those the interleaving pushes, and a start reaches every end."""
+from __future__ import annotations
+
+import torch
+
+from scalerl.asynchrony.base import Interleaving
+from scalerl.train.weights import Copy, LoadWeights, Road, SharedModule
+
+
+class Engine:
+    """A generator that records what it was handed."""
+
+    def __init__(self):
+        self.version, self.loads = 0, []
+
+    def load_weights(self, named_tensors, version):
+        self.loads.append((version, {k: v.clone() for k, v in named_tensors}))
+        self.version = version
+
+
+class Ends:
+    """A road end that records the versions it was published."""
+
+    def __init__(self, held: float = 0.0):
+        self.seen, self.held = [], held
+
+    def publish(self, version):
+        self.seen.append(version)
+        return self.held
+
+
+def test_the_engine_gets_every_version_and_the_batches_every_push():
+    ppo3 = Interleaving(max_lag=2, push_every=3, in_flight=False, generators=0)  # pushes after 3, 6
+    engine, batches = Ends(), Ends(held=0.25)
+    road = Road(engine, batches, ppo3.pushes_after)
+    held = [road.publish(v) for v in range(1, 7)]
+    assert engine.seen == [1, 2, 3, 4, 5, 6] and batches.seen == [3, 6]
+    assert held == [0.0, 0.0, 0.25, 0.0, 0.0, 0.25]  # only the push to the batches holds the trainer up
+    assert road.start(4) == 0.25 and engine.seen[-1] == 4 and batches.seen[-1] == 4  # a resume at 4: every end
+
+
+def test_shared_module_moves_the_version_and_load_weights_copies_the_trainers_tensors():
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -2.0]]))
+    gen = Engine()
+    assert SharedModule(gen).publish(5) == 0.0 and gen.version == 5 and gen.loads == []
+    LoadWeights(model, gen).publish(6)
+    (version, state), = gen.loads
+    assert version == 6 and gen.version == 6 and torch.equal(state["weight"], torch.tensor([[1.0, -2.0]]))
+
+
+def test_copy_writes_the_trainers_weights_into_the_engines_own_model():
+    from types import SimpleNamespace
+
+    trainer = torch.nn.Linear(2, 2, bias=False)
+    own = torch.nn.Linear(2, 2, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        trainer.weight.copy_(torch.tensor([[0.5, 1.5], [-3.0, 2.0]]))  # exact in bf16
+    own.get_output_embeddings = lambda: own  # an HF model's head accessor, on the toy
+    policy = SimpleNamespace(model=own, head_weight=own.weight)  # no separate head weight
+    gen = Engine()
+    Copy(trainer, policy, gen).publish(2)
+    assert gen.version == 2 and own.weight.dtype == torch.bfloat16
+    assert torch.equal(own.weight.float(), torch.tensor([[0.5, 1.5], [-3.0, 2.0]]))
