@@ -115,12 +115,14 @@ def test_varying_keys_are_exactly_those_that_differ(loaded, real_sweep):
 
 def test_x_axis_switches_to_device_hours(loaded):
     page, _, _ = loaded
+    # Wait for the relayout itself (a fixed 300 ms was sized for an idle machine); a button that
+    # does nothing times out after 30 s and fails.
+    title = "document.getElementById('curves-plot').layout.xaxis.title.text"
     page.locator("#curves-plot .updatemenu-button").nth(1).click()
-    page.wait_for_timeout(300)
-    assert page.evaluate("document.getElementById('curves-plot').layout.xaxis.title.text") == "device-hours"
+    page.wait_for_function(f"{title} === 'device-hours'", timeout=30_000)
     page.locator("#curves-plot .updatemenu-button").nth(0).click()
-    page.wait_for_timeout(300)
-    assert page.evaluate("document.getElementById('curves-plot').layout.xaxis.title.text").startswith("compute")
+    page.wait_for_function(f"{title}.startsWith('compute')", timeout=30_000)
+    assert page.evaluate(title).startswith("compute")
 
 
 def test_first_screen_shows_the_verdict_and_the_curves(loaded, real_sweep, tmp_path_factory):
