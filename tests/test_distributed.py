@@ -141,6 +141,9 @@ def test_bf16_compute_keeps_fp32_master_weights(tiny_cfg, tmp_path):
 
 
 # ------------------------------------------------------------------ two ranks
+# The tests on `pair` and `pipe` share one xdist group: a module fixture is per worker, so under
+# `--dist loadgroup` without it two workers each ran the 1- and 2-rank runs (70-150 s each in CI).
+PAIR = pytest.mark.xdist_group("two_ranks_pair")
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +163,7 @@ def pair(tmp_path_factory, _session_env):
 
 
 @pytest.mark.slow
+@PAIR
 def test_two_ranks_reproduce_one_rank(pair):
     root, _, start = pair
     derived = json.loads((root / "two" / "derived.json").read_text())
@@ -179,6 +183,7 @@ def pipe(pair):
 
 
 @pytest.mark.slow
+@PAIR
 def test_two_ranks_with_generator_processes_reproduce_one_synchronous_rank(pipe):
     """pipeline_rl at max_lag 0 with 2 trainer ranks and 2 generators: rank 0 collects and scores
     each batch and hands every rank its share (train/pipeline.py), so the samples are the 1-rank
@@ -192,6 +197,7 @@ def test_two_ranks_with_generator_processes_reproduce_one_synchronous_rank(pipe)
 
 
 @pytest.mark.slow
+@PAIR
 def test_two_ranks_with_generator_processes_resume_exactly(pipe):
     """Back to the middle checkpoint (sharded, with every rank's sampler snapshot): the relaunch
     regenerates the batches that were in flight and continues as the uninterrupted run."""
@@ -209,6 +215,7 @@ def test_two_ranks_with_generator_processes_resume_exactly(pipe):
 
 
 @pytest.mark.slow
+@PAIR
 def test_resume_on_a_different_number_of_ranks(pair, tiny_cfg):
     """2 ranks -> 1 (a sharded DCP checkpoint loaded into a plain model) and 1 -> 2 (a plain .pt
     checkpoint sharded on load): both continue exactly as the uninterrupted run."""

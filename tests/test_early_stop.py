@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers import cli as run_cli, popen_cli, read_rows, wait_for  # cli: the entry point in a forked process, without re-importing scalerl
+from helpers import ANSWERS_ONLY, cli as run_cli, popen_cli, read_rows, wait_for  # cli: the entry point in a forked process, without re-importing scalerl
 
 from analysis.stopping import StopRule
 from analysis.synthetic import simulate_curve
@@ -111,8 +111,9 @@ def test_a_stopped_arm_is_recorded_never_restarted_and_on_the_leaderboard(tmp_pa
     study.write_text(yaml.safe_dump({"arms": [{"overrides": ["loss=cispo", "train.steps=10"]},
                                               {"overrides": ["loss=dapo", "train.steps=3000"]}]}))
     # async=sync: one thread per arm, so both arms run side by side on 2 cores
+    # the answers-only shape: what is tested is the sweep's bookkeeping, not what the arms learn
     args = ["-m", f"sweep={study}", "study=two", "train.eval_every=5", "logger=none", "async=sync",
-            "hydra.sweeper.early_stop=true", "hydra.sweeper.poll_s=0.5"]
+            "hydra.sweeper.early_stop=true", "hydra.sweeper.poll_s=0.5", *ANSWERS_ONLY]
     out = tmp_path / "out"
     proc = popen_cli(args, out, tmp_path / "sweep.log")
     sweep = out / "sweeps" / "two"

@@ -111,7 +111,12 @@ def concurrent(tmp_path_factory) -> tuple[Path, list]:
     return out / "sweeps" / "default", [(p.returncode, o) for p, o in zip(procs, outs)]
 
 
+# One xdist group for the tests on `concurrent`: a module fixture is per worker, so without it two
+# workers each ran the two concurrent sweeps (100-165 s each in CI).
+CONCURRENT = pytest.mark.xdist_group("faults_concurrent")
 
+
+@CONCURRENT
 def test_two_sweeps_on_one_directory_at_once_share_the_arms_and_both_succeed(concurrent):
     # The issue: the launch that lost an arm's lock wrote `failed` over the winner's summary,
     # the leaderboard read all run_failed and both commands exited 1.
@@ -143,6 +148,7 @@ def kill_parent_when(proc, condition, what: str) -> None:
     assert proc.wait(timeout=60) == KILLED
 
 
+@CONCURRENT
 def test_a_sweep_parent_killed_at_4_points_ends_identical_to_an_uninterrupted_one(tmp_path, concurrent):
     sweep = tmp_path / "sweeps" / "default"
     env = {"SCALERL_FAILPOINT": "sweep.launched"}  # 1) arms' launch records written, no arm started

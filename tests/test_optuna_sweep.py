@@ -4,7 +4,7 @@ import json
 
 import optuna
 import pytest
-from helpers import cli as run_cli, plant_leading_trial, read_rows  # cli: the entry point in a forked process, without re-importing scalerl
+from helpers import ANSWERS_ONLY, cli as run_cli, plant_leading_trial, read_rows  # cli: the entry point in a forked process, without re-importing scalerl
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from scalerl.core.errors import ConfigError
@@ -62,8 +62,11 @@ def trials(sweep, name=None):
 
 @pytest.mark.slow
 def test_a_study_runs_in_parallel_batches_and_a_relaunch_continues_it(tmp_path):
+    # The answers-only shape (less its train.lr, searched here): the study's bookkeeping is what
+    # is tested, and 8-token answers cost a fraction of the thinking shape's steps and evals.
+    shape = [o for o in ANSWERS_ONLY if not o.startswith("train.lr=")]
     args = [*OPTUNA, "train.lr=tag(log, interval(5e-5, 3e-4))", "batch=small,default", "train.steps=4",
-            "train.eval_every=2", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler=random"]
+            "train.eval_every=2", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler=random", *shape]
     first = run_cli([*args, "hydra.sweeper.n_trials=3"], tmp_path)
     assert first.stdout.count("running 2 arm(s), 2 at a time") == 1       # a batch of 2, then 1
     sweep = tmp_path / "sweeps" / "default"

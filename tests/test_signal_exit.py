@@ -20,12 +20,15 @@ from scalerl.train.signals import StopRequest, exit_code, pending_stop, received
 pytestmark = pytest.mark.slow
 RUN = ["train.steps=400", "train.eval_every=2", "train.threads=1", "logger=none", "async=sync",
        "task.think=0", "length.max_new_tokens=8"]
+# The mid-run test loads the shipped answers-only warm start (no SFT before its first step); the
+# warm-start test keeps RUN, whose warm start is not shipped, so that its SFT runs and is stopped.
+SHIPPED = ["model.warmstart.final_steps=0"]
 
 
-def start(tmp_path, cache):
+def start(tmp_path, cache, extra=()):
     env = {**os.environ, "SCALERL_OUTPUT": str(tmp_path / "out"), "SCALERL_CACHE": str(cache), "SCALERL_NO_BAR": "1"}
     log = tmp_path / "run.log"
-    proc = subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *RUN], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *RUN, *extra], cwd=REPO, env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
     return proc, log
 
@@ -43,7 +46,7 @@ def wait_for(condition, proc, log, timeout=600):
 
 
 def test_sigterm_mid_run_checkpoints_and_exits_143(tmp_path):
-    proc, log = start(tmp_path, os.environ["SCALERL_CACHE"])       # the session's warm start, cached
+    proc, log = start(tmp_path, os.environ["SCALERL_CACHE"], SHIPPED)  # the shipped warm start
     metrics = lambda: list((tmp_path / "out").rglob("metrics.jsonl"))       # noqa: E731
     wait_for(lambda: metrics() and metrics()[0].read_text().count("\n") >= 2, proc, log)
     proc.send_signal(signal.SIGTERM)

@@ -65,7 +65,10 @@ def bf16_engine(ckpt):
     g.close()
 
 
+# One xdist group per engine: a class-scoped fixture is per worker, so under `--dist loadgroup`
+# without it two workers each started this engine (~100 s each in CI).
 @pytest.mark.slow  # starts a vLLM engine (tens of seconds)
+@pytest.mark.xdist_group("vllm_fp32_engine")
 class TestFp32Engine:
     """fp32 body and head, as ``model.dtype=float32 precision=fp32_head`` on CPU."""
 
@@ -199,6 +202,7 @@ class TestFp32Engine:
 
 
 @pytest.mark.slow  # starts a vLLM engine (tens of seconds)
+@pytest.mark.xdist_group("vllm_bf16_engine")
 class TestBf16BodyFp32Head:
     """``model.dtype=bfloat16 precision=fp32_head``: a bf16 body under an fp32 LM head (vLLM's head_dtype)."""
 

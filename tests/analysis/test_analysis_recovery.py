@@ -46,11 +46,14 @@ def both_methods():
     return out
 
 
+# Both tests on `both_methods` in one xdist group: a module fixture is per worker (80 s each in CI).
+@pytest.mark.xdist_group("both_methods")
 def test_default_reaches_an_sse_no_worse_than_paper_grid(both_methods):
     for name, _, fast, grid in both_methods:
         assert fast.sse <= grid.sse * (1 + 1e-12), name
 
 
+@pytest.mark.xdist_group("both_methods")
 def test_methods_agree_on_a_within_0_005(both_methods):
     # paper_grid quantizes A to steps of 0.005, so |dA| is ~0.005 whenever its grid rounds to
     # the neighbouring value; over 40 such curves (4 seeds) we saw one at 0.00502.
