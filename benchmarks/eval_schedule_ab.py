@@ -86,9 +86,7 @@ def main() -> None:
                             "C_mid": f.C_mid, "C_mid_w_rel": (f.C_mid_hi - f.C_mid_lo) / f.C_mid,
                             "forecast_err": c.set_index("run").at[run, "forecast_err"]})
         board = leaderboard(sub, fits, options)
-        # the arms' rows (seeds pooled); with one seed per arm the leaderboard has run rows only
-        level = "arm" if (board["level"] == "arm").any() else "run"
-        arm_rows = board[board["level"] == level].copy()
+        arm_rows = board.copy()   # a row per run, and per arm with two or more seeds (level "arm")
         arm_rows.insert(0, "schedule", name)
         arms.append(arm_rows)
         print(f"[{name}] {len(keep)} steps: {keep}", flush=True)
@@ -117,9 +115,9 @@ def main() -> None:
         print(f"  {name:8s} gain >= {GAIN}: {(g['gain'] >= GAIN).sum()}/{len(g)}; fall <= {FALL}: "
               f"{(g['worst_fall'] <= FALL).sum()}/{len(g)}; ok per seed: {per_seed}; "
               f"forecasts within {WITHIN}: {(g['forecast_err'] <= WITHIN).sum()}/{len(g)}")
-    cols = [c for c in ("schedule", "run", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi",
+    cols = [c for c in ("schedule", "level", "loss", "seed", "n_seeds", "rank", "status", "A", "A_lo", "A_hi", "B", "B_lo", "B_hi",
                         "C_mid", "A_common", "B_common", "tie_group") if c in arms[0].columns]
-    print("\n## The leaderboard per schedule: arm rows (seeds pooled), or run rows where an arm has one seed")
+    print("\n## The leaderboard per schedule: every run, and every arm with two or more seeds (its seeds pooled)")
     print(pd.concat(arms, ignore_index=True)[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.csv:
         table.merge(crit, on=["schedule", "run", "forecast_err"]).to_csv(args.csv, index=False)
