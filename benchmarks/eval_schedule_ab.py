@@ -38,7 +38,7 @@ WITHIN = 0.02    # a half-compute forecast this close counts (the paper's margin
 def schedule_steps(steps: int, grid: int, every: int) -> dict[str, list[int]]:
     """The step subsets of each schedule on a dense grid of ``grid`` steps."""
     snap = sorted({min(steps, grid * math.floor(s / grid + 0.5)) for s in eval_steps(steps)})  # half up
-    return {"dense": sorted({*range(0, steps + 1, grid), steps}),
+    return {f"every{grid}": sorted({*range(0, steps + 1, grid), steps}),
             f"every{every}": eval_steps(steps, every=every),
             "log": snap}
 
