@@ -1,19 +1,20 @@
 """The eval schedule's A/B on the same runs: every-20 evals against the log-spaced default.
 
-A sweep run with dense evals (``train.eval_every=5``) holds both schedules: its rows at
-0, 20, 40, ... are the every-20 schedule, and its rows at the default's log-spaced steps
+A sweep run with dense evals (``train.eval_every=10``, the ``--grid``) holds both schedules: its
+rows at 0, 20, 40, ... are the every-20 schedule, and its rows at the default's log-spaced steps
 (``eval_steps(steps)``: 16 points from step 10, plus step 0), each rounded half up to the
 nearest step of the dense grid, are the log schedule (two log steps that round to one grid step
 merge). Each run is fitted on each subset, and its first half of compute forecasts the
 mean of its last 3 evals (``python -m analysis extrapolate --fraction 0.5``), so the two
 schedules are compared on the same training trajectories, not on different runs. The
-issue's criteria for the user's command (docs/findings.md) are printed per schedule too.
+user's command's criteria (docs/findings.md) are printed per schedule too.
 
-    python benchmarks/eval_schedule_ab.py /work/runs/h37m/sweeps/<study> [--grid 5] [--every 20]
+    python -m scalerl.sweep -m seed=0,1,2 loss=cispo,dapo,gspo train.eval_every=10
+    python benchmarks/eval_schedule_ab.py outputs/sweeps/<study> --grid 10 [--every 20] [--csv runs.csv]
 
 Prints three tables: per run and schedule (A, B, C_mid and their 95% interval widths,
 status, the half-compute forecast error), the criteria per schedule and seed, and the
-arms' leaderboard rows (3 seeds pooled) per schedule.
+leaderboard's rows (runs, and arms with 2+ seeds pooled) per schedule.
 """
 from __future__ import annotations
 
