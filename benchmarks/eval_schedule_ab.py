@@ -47,7 +47,8 @@ def schedule_steps(steps: int, grid: int, every: int) -> dict[str, list[int]]:
 def criteria(points: pd.DataFrame, fits: dict, forecast: pd.DataFrame) -> pd.DataFrame:
     """Per run: gain over R0, worst fall after 10% of steps, fit status, forecast error."""
     rows = []
-    err = forecast.set_index("run")["abs_error"]
+    fc = forecast.set_index("run")
+    err, bias = fc["abs_error"], fc["pred_final"] - fc["obs_final"]
     for run, g in points.sort_values("step").groupby("run", sort=False):
         r = g["reward"].to_numpy(float)
         s = g["step"].to_numpy(float)
@@ -56,7 +57,8 @@ def criteria(points: pd.DataFrame, fits: dict, forecast: pd.DataFrame) -> pd.Dat
         rows.append({"run": run, "seed": g["seed"].iloc[0], "loss": g["loss"].iloc[0],
                      "R0": r[0], "final": r[-4:].mean(), "gain": r[-4:].mean() - r[0],
                      "worst_fall": float((best - r)[late].max()), "status": fits[run].status,
-                     "forecast_err": float(err.get(run, math.nan)), "n_points": len(r)})
+                     "forecast_err": float(err.get(run, math.nan)), "forecast_bias": float(bias.get(run, math.nan)),
+                     "n_points": len(r)})
     return pd.DataFrame(rows)
 
 
