@@ -1,0 +1,56 @@
+"""Per-run step statistics of a sweep: what the loss saw (ratios, clipping, mismatch, staleness).
+
+Reads each run's steps.jsonl (one row per optimizer step) and prints, per run, the means over
+its steps of the loss's clip fraction, mean |ratio - 1| of the first minibatch (``ratio_dev``,
+staleness included), the generator-trainer mismatch of the staleness-0 tokens (docs/mismatch.md:
+k3 KL, mean and p99 |log ratio|, the fraction of ratios outside [0.5, 2]) with the run's largest
+|log ratio|, and the staleness. The last columns split the staleness by where a step sits
+relative to the evals: under ``pipeline_rl`` the generator keeps generating while the trainer
+evaluates, so the batch right after an eval can be older than the others, which is how denser
+evals could change a run's training (docs/findings.md).
+
+    python benchmarks/step_stats.py /work/runs/h37m/sweeps/<study> [--csv out.csv]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+MEANS = ["clip_frac", "ratio_dev", "mismatch_kl", "mismatch_abs_mean", "mismatch_abs_p99", "mismatch_out_frac",
+         "staleness_mean", "multi_version_frac", "entropy", "effective_batch"]
+
+
+def run_stats(run_dir: Path) -> dict:
+    steps = pd.DataFrame([json.loads(line) for line in open(run_dir / "steps.jsonl")])
+    evals = sorted(json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl"))
+    out = {"run": run_dir.name.rsplit("-", 1)[0], "steps": int(steps["step"].max())}
+    out.update({k: float(steps[k].mean()) for k in MEANS if k in steps})
+    out["mismatch_abs_max"] = float(steps["mismatch_abs_max"].max())
+    out["clip_frac_max"] = float(steps["clip_frac"].max())
+    out["ratio_dev_p90"] = float(steps["ratio_dev"].quantile(0.9))
+    # the step right after an eval (its batch was generated, in part, while the trainer evaluated)
+    after = steps["step"].isin([s + 1 for s in evals])
+    out["stale_after_eval"] = float(steps.loc[after, "staleness_mean"].mean())
+    out["stale_other"] = float(steps.loc[~after, "staleness_mean"].mean())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sweep_dir")
+    ap.add_argument("--csv", default=None)
+    args = ap.parse_args()
+    rows = [run_stats(d) for d in sorted(Path(args.sweep_dir).iterdir()) if (d / "steps.jsonl").is_file()]
+    table = pd.DataFrame(rows)
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 40)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+
+
+if __name__ == "__main__":
+    main()
