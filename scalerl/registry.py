@@ -53,7 +53,7 @@ class Recipe:
     aggregate: AggregateFn
     advantages: AdvNormFn
     keep: FilterFn
-    plan_lengths: LengthFn
+    draw_lengths: LengthFn
     heads: HeadsFn
     correct: CorrectionFn
     """Generator-trainer mismatch correction (``correction``, docs/mismatch.md): per-token loss weights."""
@@ -84,7 +84,7 @@ def build_recipe(cfg) -> Recipe:
         aggregate=bind(cfg.aggregation, AGGREGATIONS),
         advantages=bind(cfg.adv_norm, ADV_NORMS),
         keep=bind(cfg.filter, FILTERS),
-        plan_lengths=bind(cfg.length, LENGTHS),
+        draw_lengths=bind(cfg.length, LENGTHS),
         heads=bind(cfg.precision, PRECISIONS),
         correct=bind(cfg.correction, CORRECTIONS),
         needs_old_logp=cfg.correction.needs_old_logp(),

@@ -102,7 +102,7 @@ def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
     gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=8, temperature=1.0,
                   device=torch.device("cpu"))
     mine = slice(4, 8)  # rank 1's prompts of 8
-    ro = rollout(list(range(8)), mine, task, group=8, seed=0, step=1, plan_lengths=plan.recipe.plan_lengths,
+    ro = rollout(list(range(8)), mine, task, group=8, seed=0, step=1, draw_lengths=plan.recipe.draw_lengths,
                  keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
     keep = torch.tensor([True, True, True, False, False, False, False, True])  # rank 1 keeps only group 7
     adv = torch.randn(8, 8)

@@ -67,9 +67,9 @@ def test_no_interrupt_means_plain_budget():
 def test_interrupt_limits_samples_inside_bounds():
     cfg = InterruptConfig(max_new_tokens=100, lo=0.8, hi=0.9, answer_budget=10)
     assert cfg.bounds() == (80, 90)
-    plan = interrupt_limits(5000, torch.Generator().manual_seed(0), cfg=cfg)
-    assert int(plan.interrupt_at.min()) == 80 and int(plan.interrupt_at.max()) == 90
-    assert plan.phrase.endswith("</think>") and plan.answer_budget == 10
+    limits = interrupt_limits(5000, torch.Generator().manual_seed(0), cfg=cfg)
+    assert int(limits.interrupt_at.min()) == 80 and int(limits.interrupt_at.max()) == 90
+    assert limits.phrase.endswith("</think>") and limits.answer_budget == 10
     assert LENGTHS["truncate"].fn(3, None, cfg=None).interrupt_at is None
 
 
@@ -77,8 +77,8 @@ def test_overlong_penalty_breakpoints():
     # L_max 14, L_cache 2: zero up to 12, linear to -1 at 14, clipped at -1 beyond.
     lengths = torch.tensor([0, 12, 13, 14, 20])
     assert overlong_penalty(lengths, l_max=14, l_cache=2).tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]
-    plan = LENGTHS["penalty"].fn(2, None, cfg=PenaltyConfig(max_new_tokens=8, l_cache=4))
-    assert plan.penalty(torch.tensor([4, 6])).tolist() == [0.0, -0.5]
+    limits = LENGTHS["penalty"].fn(2, None, cfg=PenaltyConfig(max_new_tokens=8, l_cache=4))
+    assert limits.penalty(torch.tensor([4, 6])).tolist() == [0.0, -0.5]
 
 
 class ThinkingPolicy:
@@ -134,7 +134,7 @@ def test_penalty_never_puts_a_correct_answer_at_or_below_a_wrong_one():
         def batch_decode(self, rows, skip_special_tokens=False):
             return ["x" * len(r) for r in rows]
 
-    plan = LENGTHS["penalty"].fn(2, None, cfg=PenaltyConfig(max_new_tokens=8, l_cache=4))
+    limits = LENGTHS["penalty"].fn(2, None, cfg=PenaltyConfig(max_new_tokens=8, l_cache=4))
     for wrong, right in ((0.0, 1.0), (-1.0, 1.0)):
         def score(texts, problems, right=right, wrong=wrong):
             ok = [p.answer == "ok" for p in problems]
@@ -142,7 +142,7 @@ def test_penalty_never_puts_a_correct_answer_at_or_below_a_wrong_one():
 
         task = SimpleNamespace(score=score, correct_reward=right, wrong_reward=wrong)
         problems = [SimpleNamespace(prompt="a", answer="ok"), SimpleNamespace(prompt="b", answer="no")]
-        ro = sample_and_score(problems, [0, 1], 1, seeds=torch.tensor([1, 2]), plan=plan,
+        ro = sample_and_score(problems, [0, 1], 1, seeds=torch.tensor([1, 2]), limits=limits,
                               generator=TorchGenerator(ScriptedPolicy(), torch.device("cpu")), tok=Tok(), task=task,
                               max_new_tokens=8, temperature=1.0, device="cpu")
         assert ro.gen.lengths.tolist() == [8, 8]  # both at the limit: R_len = -1

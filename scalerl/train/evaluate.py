@@ -31,11 +31,11 @@ def share(n: int, rank: int, world: int) -> slice:
 
 
 @torch.no_grad()
-def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, plan_lengths, **gen_kw) -> dict:
+def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, draw_lengths, **gen_kw) -> dict:
     n = len(task.heldout)
     mine = share(n, dist.rank, dist.world)
     rng = torch.Generator().manual_seed(mix_seed(seed, step, EVAL_STREAM))
-    plan = plan_lengths(n * samples, rng)  # the whole split's plan: rank-invariant
+    limits = draw_lengths(n * samples, rng)  # the whole split's limits: rank-invariant
     seeds = torch.tensor([mix_seed(seed, step, EVAL_STREAM, i) for i in range(n)], dtype=torch.long)
     per_chunk = max(1, EVAL_CHUNK // samples)
     names = list(task.names)
@@ -48,7 +48,7 @@ def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, plan_le
         stop = min(start + per_chunk, mine.stop)
         chunk = task.heldout[start:stop]
         ro = sample_and_score(chunk, range(start, stop), samples, seeds=seeds[start:stop],
-                              plan=plan.select(slice(start * samples, stop * samples)), task=task, **gen_kw)
+                              limits=limits.select(slice(start * samples, stop * samples)), task=task, **gen_kw)
         lengths = ro.gen.lengths.cpu().view_as(ro.correct).double()
         truncated = ro.gen.truncated.cpu().view_as(ro.correct).double()
         for row, p in enumerate(chunk):

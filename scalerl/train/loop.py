@@ -220,7 +220,7 @@ def _heldout(plan, r, sched, step: int) -> dict:
     only rank 0 can reach that engine (``sched.eval_on_main``: vLLM in the generator processes
     of a several-rank run), rank 0 all of it, its row then handed to every rank."""
     dist = plan.dist
-    kw = dict(samples=plan.cfg.train.eval_samples, seed=plan.cfg.seed, step=step, plan_lengths=plan.recipe.plan_lengths,
+    kw = dict(samples=plan.cfg.train.eval_samples, seed=plan.cfg.seed, step=step, draw_lengths=plan.recipe.draw_lengths,
               **plan.sampling.kw(sched.eval_generator))
     if not sched.eval_on_main:
         return heldout_pass_rate(r.task, dist=dist, **kw)

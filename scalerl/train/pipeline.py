@@ -2,7 +2,7 @@
 beside the trainer (``async.generators >= 1``; PipelineRL, arXiv 2510.13786 §3.1).
 
 The trainer keeps the orders ``lookahead + 1`` steps ahead (``Interleaving.ordered_through``:
-at most ``max_lag + 1``): it draws each step's prompts, its length plan and its
+at most ``max_lag + 1``): it draws each step's prompts, its length limits and its
 sampling seed, and sends them as one order split across the generators
 (contiguous prompt shards). A generator starts a step's shard only with weights
 no older than the lag bound allows, so no consumed token is ever more than
@@ -13,8 +13,8 @@ from completions that span updates, the paper's mechanism (docs/async.md).
 After each optimizer step the trainer first queues the next order, then pushes
 its weights, so a generator that has a push has the orders it allows.
 
-Each step's seeds and length plan are the ones the in-process rollout draws
-(``rollout.prompt_seeds``, ``rollout.plan_rng``), and a completion depends only on
+Each step's seeds and length limits are the ones the in-process rollout draws
+(``rollout.prompt_seeds``, ``rollout.length_rng``), and a completion depends only on
 its prompt's seed, so ``max_lag=0`` reproduces the in-process ``sync`` run bit for
 bit with any number of generators: the transport and the pushes lose nothing.
 
@@ -48,7 +48,7 @@ from scalerl.registry import async_node
 from scalerl.train.rollout import (
     Rollout,
     make_request,
-    plan_rng,
+    length_rng,
     prompt_seeds,
     refill,
     rollout_from_state,
@@ -189,10 +189,10 @@ class PipelineSchedule:
     def _order(self, step: int, index: list[int], round_: int) -> int:
         """Order ``index``'s groups for ``step`` (refill round ``round_``), split across the generators."""
         cfg, G, P = self.cfg, self.cfg.batch.generations, len(index)
-        lengths = self.plan.recipe.plan_lengths(P * G, plan_rng(cfg.seed, step, round_))
+        lengths = self.plan.recipe.draw_lengths(P * G, length_rng(cfg.seed, step, round_))
         sampling = self.plan.sampling
         req = make_request([self.r.task.train[i] for i in index], index, G, seeds=prompt_seeds(cfg.seed, step, round_, P),
-                           plan=lengths, tok=sampling.tok, max_new_tokens=sampling.max_new_tokens,
+                           limits=lengths, tok=sampling.tok, max_new_tokens=sampling.max_new_tokens,
                            temperature=sampling.temperature)
         job, self.next_job = self.next_job, self.next_job + 1
         self.requests[job] = req

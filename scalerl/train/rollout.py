@@ -2,7 +2,7 @@
 
 Returns everything the update needs, for this rank's shard of the step's
 prompts. The only axis-specific behaviour comes from the run's recipe: the
-length limits (``recipe.plan_lengths``), the keep mask and the refill rounds
+length limits (``recipe.draw_lengths``), the keep mask and the refill rounds
 (``recipe.keep``, ``recipe.refill_rounds``).
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def prompt_seeds(seed: int, step: int, round_: int, n: int) -> torch.Tensor:
     return torch.tensor([mix_seed(seed, step, round_, i) for i in range(n)], dtype=torch.long)
 
 
-def plan_rng(seed: int, step: int, round_: int) -> torch.Generator:
+def length_rng(seed: int, step: int, round_: int) -> torch.Generator:
     """The generator a step's length limits are drawn from (for the whole global batch)."""
     return torch.Generator().manual_seed(mix_seed(seed, step, round_, 1 << 40))
 
@@ -84,17 +84,17 @@ class Request:
     penalty: Optional[Callable[[torch.Tensor], torch.Tensor]]
 
 
-def make_request(problems, index, group: int, *, seeds, plan, tok, max_new_tokens: int, temperature) -> Request:
-    """Encode the prompts. seeds: (P,) per-prompt sampling seeds; plan: the length limits of
+def make_request(problems, index, group: int, *, seeds, limits, tok, max_new_tokens: int, temperature) -> Request:
+    """Encode the prompts. seeds: (P,) per-prompt sampling seeds; limits: the length limits of
     these P*group rows."""
     prompts = [encode_prompt(tok, p.prompt) for p in problems]
     params = SamplingParams(
         max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        temperature=temperature, n=group, interrupt_at=plan.interrupt_at, seeds=seeds,
-        force_ids=encode_phrase(tok, plan.phrase), answer_budget=plan.answer_budget,
-        think_end_ids=encode_phrase(tok, plan.think_end),
+        temperature=temperature, n=group, interrupt_at=limits.interrupt_at, seeds=seeds,
+        force_ids=encode_phrase(tok, limits.phrase), answer_budget=limits.answer_budget,
+        think_end_ids=encode_phrase(tok, limits.think_end),
     )
-    return Request(list(problems), list(index), prompts, params, plan.penalty)
+    return Request(list(problems), list(index), prompts, params, limits.penalty)
 
 
 def score(req: Request, gen: Generation, group: int, *, tok, task, device) -> Rollout:
@@ -148,10 +148,10 @@ def _cols(t: torch.Tensor, cols: slice) -> torch.Tensor:
     return t[:, cols] if t.dim() == 2 else t
 
 
-def sample_and_score(problems, index, group: int, *, seeds, plan, generator, tok, task, max_new_tokens: int,
+def sample_and_score(problems, index, group: int, *, seeds, limits, generator, tok, task, max_new_tokens: int,
                      temperature, device) -> Rollout:
     """Generate ``group`` completions for each problem (in this process) and grade them."""
-    req = make_request(problems, index, group, seeds=seeds, plan=plan, tok=tok, max_new_tokens=max_new_tokens,
+    req = make_request(problems, index, group, seeds=seeds, limits=limits, tok=tok, max_new_tokens=max_new_tokens,
                        temperature=temperature)
     return score(req, generator.generate(req.prompts, req.params), group, tok=tok, task=task, device=device)
 
@@ -165,7 +165,7 @@ def encode_phrase(tok, phrase: str) -> list[int]:
     return list(_encode_phrase(tok, phrase))
 
 
-def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, step: int, plan_lengths, keep_fn,
+def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, step: int, draw_lengths, keep_fn,
             refill_rounds, sampler, **gen_kw) -> Rollout:
     """One step's rollout for this rank's prompts ``step_prompts[mine]``.
 
@@ -177,14 +177,14 @@ def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, ste
     """
     P = len(step_prompts)
     seeds = prompt_seeds(seed, step, 0, P)[mine]
-    plan = plan_lengths(P * group, plan_rng(seed, step, 0)).select(slice(mine.start * group, mine.stop * group))
+    limits = draw_lengths(P * group, length_rng(seed, step, 0)).select(slice(mine.start * group, mine.stop * group))
     idx = step_prompts[mine]
-    ro = sample_and_score([task.train[i] for i in idx], idx, group, seeds=seeds, plan=plan, task=task, **gen_kw)
+    ro = sample_and_score([task.train[i] for i in idx], idx, group, seeds=seeds, limits=limits, task=task, **gen_kw)
 
     def draw(r: int, k: int) -> Rollout:
         new_index = sampler.next(k)
         return sample_and_score([task.train[i] for i in new_index], new_index, group, task=task,
-                                seeds=prompt_seeds(seed, step, r, k), plan=plan_lengths(k * group, plan_rng(seed, step, r)),
+                                seeds=prompt_seeds(seed, step, r, k), limits=draw_lengths(k * group, length_rng(seed, step, r)),
                                 **gen_kw)
 
     return refill(ro, refill_rounds, keep_fn, draw)

@@ -114,7 +114,7 @@ class LocalSchedule:
                 prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
                 recipe = self.plan.recipe
                 ro = rollout(prompts, self.plan.mine, r.task, group=cfg.batch.generations, seed=cfg.seed, step=b,
-                             plan_lengths=recipe.plan_lengths, keep_fn=recipe.keep,
+                             draw_lengths=recipe.draw_lengths, keep_fn=recipe.keep,
                              refill_rounds=recipe.refill_rounds, sampler=r.sampler, **self.gen_kw)
                 self.pending[b] = (ro, prompts, r.sampler.drawn)
         ro, prompts, drawn = self.pending.pop(step)

@@ -201,7 +201,7 @@ def warm_start(src: Path, dst: Path, cfg, task, log=print) -> dict:
         def pass_rate(step: int) -> float:
             model.eval()
             rate = heldout_pass_rate(task, samples=1, seed=cfg.seed, step=step, dist=Dist(), generator=gen,
-                                     tok=tok, plan_lengths=no_length_control, max_new_tokens=budget,
+                                     tok=tok, draw_lengths=no_length_control, max_new_tokens=budget,
                                      temperature=1.0, device=device)["pass_rate"]
             model.train()
             return rate
