@@ -33,7 +33,7 @@ class Ends:
 def test_the_engine_gets_every_version_and_the_batches_every_push():
     ppo3 = Interleaving(max_lag=2, push_every=3, in_flight=False, generators=0)  # pushes after 3, 6
     engine, batches = Ends(), Ends(held=0.25)
-    road = Road(engine, batches, ppo3.pushes_after)
+    road = Road(engine, batches, ppo3.push_every)
     held = [road.publish(v) for v in range(1, 7)]
     assert engine.seen == [1, 2, 3, 4, 5, 6] and batches.seen == [3, 6]
     assert held == [0.0, 0.0, 0.25, 0.0, 0.0, 0.25]  # only the push to the batches holds the trainer up

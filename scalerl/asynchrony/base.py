@@ -90,9 +90,6 @@ class Interleaving:
         ahead = self.max_lag if self.lookahead < 0 else min(self.lookahead, self.max_lag)
         return min(steps, version + 1 + ahead)
 
-    def pushes_after(self, step: int) -> bool:
-        return step % self.push_every == 0
-
 
 class InterleavingFn(Protocol):
     """An ``async`` option with its config bound -> the run's ``Interleaving``."""

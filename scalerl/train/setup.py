@@ -216,11 +216,11 @@ def build_schedule(plan: RunPlan, r: Run) -> Schedule:
     mode = plan.interleaving
     if mode.generators == 0:
         own = own_generator(plan, r)  # the training batches' sampler, when it has a dtype of its own
-        road = Road(engine_road(plan, r), None if own is None else LoadWeights(r.model, own), mode.pushes_after)
+        road = Road(engine_road(plan, r), None if own is None else LoadWeights(r.model, own), mode.push_every)
         return LocalSchedule(plan, r, road, batch_generator=own)
     gen_threads = mode.generator_threads or max(1, plan.threads // (1 + mode.generators))
     torch.set_num_threads(max(1, plan.threads - mode.generators * gen_threads))
     dtype = generators_dtype(plan)
     pool = generator_pool(plan, r, gen_threads=gen_threads, dtype=dtype)
-    road = Road(engine_road(plan, r), Remote(pool, r.model, dtype), mode.pushes_after)
+    road = Road(engine_road(plan, r), Remote(pool, r.model, dtype), mode.push_every)
     return PipelineSchedule(plan, r, road, pool, evaluate_in_generators=plan.engine_in_generators)

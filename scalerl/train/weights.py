@@ -14,7 +14,7 @@ by one of three roads (``Engine``):
   body dtype, ``precision.generator_body``).
 
 Generators elsewhere (``Road.batches``) get the version when the interleaving pushes
-(``Interleaving.pushes_after``, arXiv 2510.13786 §3.1): an own-dtype sampler by
+(every ``Interleaving.push_every``-th version, arXiv 2510.13786 §3.1): an own-dtype sampler by
 ``LoadWeights``, generator processes by ``Remote`` (over gloo, or vLLM's gloo and NCCL planes:
 ``GeneratorPool.push``). Every road reads the weights through ``trainer_state_dict`` or
 ``trainer_tensors``, collective when the trainer is sharded: every rank publishes.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Protocol
+from typing import Iterator, Optional, Protocol
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -96,16 +96,17 @@ class Remote:
 @dataclass
 class Road:
     """The run's road: the in-process ``engine`` at every version, then the generators
-    elsewhere (``batches``, if any) when ``pushes_after(version)``."""
+    elsewhere (``batches``, if any) at every ``push_every``-th version."""
 
     engine: Engine
     batches: Optional[Engine] = None
-    pushes_after: Callable[[int], bool] = lambda version: True
+    push_every: int = 1
+    """The interleaving's: PPO-off-policy-k pushes every k versions, PipelineRL every one (§3.1)."""
 
     def publish(self, version: int) -> float:
         """After an optimizer step. Returns the seconds the push to ``batches`` held the trainer up."""
         self.engine.publish(version)
-        if self.batches is None or not self.pushes_after(version):
+        if self.batches is None or version % self.push_every:
             return 0.0
         return self.batches.publish(version)
 
