@@ -43,7 +43,10 @@ def test_the_default_recipe_learns_on_the_default_task_through_the_sweep(tmp_pat
     # ...while completions still span in-flight pushes (0.39 measured), the paper's mechanism
     assert mean("multi_version_frac") >= 0.1
     # and one step's change suits that lag: |ratio - 1| 0.0016 measured, the bound 0.1.
-    assert mean("ratio_dev") <= 0.1
+    # A step whose groups were all zero-variance trains on nothing and has no ratio: which steps
+    # those are depends on the generator's timing, so only most steps are required to train.
+    updated = [s["ratio_dev"] for s in steps if "ratio_dev" in s]
+    assert len(updated) >= 0.9 * len(steps) and sum(updated) / len(updated) <= 0.1, updated
     # The sweep's end analysed the arm: R0 from its step-0 eval, the other four evals as its points
     # (too few for a fit on a fifth of a run: its status says so, rather than a number).
     (row,) = pd.read_csv(sweep / "leaderboard.csv").to_dict("records")
