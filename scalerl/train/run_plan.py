@@ -106,6 +106,17 @@ def attn_implementation(cfg, body: torch.dtype) -> Optional[str]:
     return "eager" if body == torch.float32 else None
 
 
+def _road_kind(*, samples_policy: bool, remote: bool, sharded: bool) -> str:
+    """``RunPlan.engine_road``: an engine that lives in the generator processes leaves the trainer
+    only the version to track; one with weights of its own (vLLM) loads them; the torch engine
+    samples from the trainer's module, or from its own copy when the trainer is sharded."""
+    if remote:
+        return "shared"
+    if not samples_policy:
+        return "load_weights"
+    return "copy" if sharded else "shared"
+
+
 def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Optional[Recipe] = None,
              body: Optional[torch.dtype] = None) -> RunPlan:
     """Bind the validated ``cfg`` to this process (``dist``) and the checkpoint it starts from: the
@@ -122,7 +133,7 @@ def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Opt
     # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
     # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
     remote = recipe.interleaving.generators > 0 and not samples_policy
-    road = "load_weights" if not (samples_policy or remote) else "copy" if dist.mesh is not None and not remote else "shared"
+    road = _road_kind(samples_policy=samples_policy, remote=remote, sharded=dist.mesh is not None)
     return RunPlan(cfg=cfg, recipe=recipe, derived=derive(cfg, dist.world, phrase),
                    sampling=Sampling(tok=tok, max_new_tokens=cfg.length.max_new_tokens,
                                      temperature=cfg.train.temperature, device=dist.device),
