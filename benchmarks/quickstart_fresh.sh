@@ -22,7 +22,8 @@ cd "$work/scalerl"
 echo "[quickstart] $(git rev-parse --short HEAD) in $work; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 t0=$(date +%s.%N)
-pip install -q torch==2.13.0 && pip install -q -e '.[cpu]'
+# pip's log goes to a file (its "Location ... ignored" warnings fill screens); its tail is shown if it fails.
+{ pip install torch==2.13.0 && pip install -e '.[cpu]'; } > "$work/pip.log" 2>&1 || { tail -30 "$work/pip.log"; exit 1; }
 t1=$(date +%s.%N)
 if [ "$seeds" = 0 ]; then
   python -m scalerl.sweep -m loss=cispo,dapo,gspo
