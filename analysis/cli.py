@@ -93,7 +93,7 @@ def _common(p):
                    help="fix R0 for every run (default: each run's step-0 eval)")
     p.add_argument("--method", choices=list(METHODS), default=FitOptions.method,
                    help="closed_form (default: closed-form A + 2-D grid + least_squares) or "
-                        "paper_grid (the paper's A x C_mid grid with curve_fit for B; slow)")
+                        "paper_grid (the paper's A x C_mid grid with a least-squares B per cell)")
     p.add_argument("--seed", type=int, default=FitOptions.seed, help="bootstrap seed")
     p.add_argument("--plots", choices=("all", "summary", "none"), default="all",
                    help="all: overview, bars, report.html and one PNG per run; summary: no per-run PNGs;"

@@ -10,8 +10,8 @@ reproduces), one function each in METHODS:
 * "closed_form" (default): for fixed (B, C_mid), A enters linearly, so its least-squares
   value is one regression, clipped to [R0, 1].  A vectorized grid over (log B, log C_mid)
   finds the basin; scipy.optimize.least_squares polishes (A, B, C_mid) within bounds.
-* "paper_grid": the paper's grid over A in {0.450..0.800} and 100 C_mid values, with
-  curve_fit for B in each cell.  The paper's C_mid grid is [100, 40000] GPU-h, and 40k
+* "paper_grid": the paper's grid over A in {0.450..0.800} and 100 C_mid values, with a
+  least-squares fit of B in each cell (the paper's curve_fit; all cells at once, `solver.fit_log_b`).  The paper's C_mid grid is [100, 40000] GPU-h, and 40k
   GPU-h is the scale of its fit windows (16k ablations .. 50k for the 8B run).  We map
   40000 to the last fitted compute, so the 100 values span 1/400 .. 1x of the fitted
   window in any compute unit.  A C_mid beyond the data is then unreachable, as it mostly

@@ -35,7 +35,7 @@ def test_a_is_covered_at_about_its_nominal_rate():
 
 @pytest.fixture(scope="module")
 def both_methods():
-    """Each Table 1 curve fitted by closed_form and paper_grid (about 0.5 s each for the grid)."""
+    """Each Table 1 curve fitted by closed_form and paper_grid (about 0.25 s each for the grid)."""
     rng = np.random.default_rng(1)
     out = []
     for name, (C_mid, B, A) in TABLE1.items():
@@ -46,7 +46,7 @@ def both_methods():
     return out
 
 
-# Both tests on `both_methods` in one xdist group: a module fixture is per worker (80 s each in CI).
+# Both tests on `both_methods` in one xdist group: a module fixture is per worker.
 @pytest.mark.xdist_group("both_methods")
 def test_default_reaches_an_sse_no_worse_than_paper_grid(both_methods):
     for name, _, fast, grid in both_methods:
