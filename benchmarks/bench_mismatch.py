@@ -62,6 +62,22 @@ def measure(ckpt: Path, prompts: list[list[int]], *, option: str, settings: dict
     return {**mismatch_stats(logp[out.sampled], out.logprobs[out.sampled]), "gen_s": gen_s}
 
 
+def bf16_activations_in_lean_decoder() -> None:
+    """Round every matmul's input and output in the generator's lean decoder to bf16 (computed in
+    fp32): the residual stream's updates, q, k, v, the attention and MLP outputs. Only the generator
+    runs the lean decoder, so the trainer's side keeps fp32 activations, as with a real engine."""
+    import types
+
+    import torch.nn.functional as F
+
+    from scalerl.models import lean
+
+    def rnd(x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    lean.F = types.SimpleNamespace(linear=lambda x, w: rnd(F.linear(rnd(x), w)), silu=F.silu)
+
+
 def tiny_setup():
     from scalerl.config import compose, validate
     from scalerl.train.setup import prepare_checkpoint
@@ -99,6 +115,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=24)
+    ap.add_argument("--acts", action="store_true", help="an experiment: the generator's lean decoder (the tiny "
+                    "model's) also rounds every matmul's input and output to bf16, as a bf16 engine's activations")
     ap.add_argument("--body", default="engine", help="generator_body of every option but fp32: engine (bf16-rounded "
                     "weights, fp32 compute) or bfloat16 (bf16 weights and compute)")
     args = ap.parse_args()
@@ -106,6 +124,8 @@ def main() -> None:
         if "generator_body" in s:
             s["generator_body"] = args.body
     torch.set_num_threads(1)
+    if args.acts:
+        bf16_activations_in_lean_decoder()
     ckpt, tok, task, temperature, attn = tiny_setup()
     from scalerl.train.rollout import encode_prompt
 
