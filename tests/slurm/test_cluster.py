@@ -9,6 +9,7 @@ and the 10 s credential expiry before a requeued job may start again.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -248,11 +249,13 @@ def _pids(lay) -> dict[str, int | None]:
     return {d: procs.read_pid(lay.pid_file(d)) for d in cluster.DAEMONS}
 
 
-def test_start_is_idempotent_and_fast(slurm_cluster):
+def test_start_is_idempotent_and_fast(slurm_cluster, caplog):
+    # "Fast" is the path taken, not a wall-clock bound (its health check runs SLURM's commands,
+    # seconds under load): a running, healthy cluster is only checked, nothing is started.
     before = _pids(slurm_cluster)
-    t0 = time.monotonic()
-    cluster.start()
-    assert time.monotonic() - t0 < 2.0
+    with caplog.at_level(logging.INFO, logger=cluster.log.name):
+        cluster.start()
+    assert any(r.getMessage().startswith("cluster already up") for r in caplog.records), caplog.text
     assert _pids(slurm_cluster) == before, "a second start() restarted daemons"
 
 
