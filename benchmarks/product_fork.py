@@ -3,6 +3,7 @@ whose ceiling the recipe decides") and how often that fork is right, against its
 
     python benchmarks/product_fork.py task.think_mul=0.02                      # the warm start (step 0)
     python benchmarks/product_fork.py task.think_mul=0.02 --ckpt RUN/final_policy --samples 8
+    python benchmarks/product_fork.py task.think_mul=0.25 --force-think   # the fork's completions, forced
 
 Samples ``--samples`` completions of every held-out product (and, for scale, of as many held-out
 additions) at the run's temperature (``train.temperature``, 0.6) with a 64-token budget and no length
@@ -45,6 +46,8 @@ def main() -> None:
     ap.add_argument("--ckpt", default=None, help="an HF checkpoint folder (default: the config's warm start)")
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--show", type=int, default=5, help="print this many forked product completions")
+    ap.add_argument("--force-think", action="store_true",
+                    help="append <think> to every prompt: how right the fork is when taken, however rare")
     args = ap.parse_args()
     from scalerl.config import compose, validate
     from scalerl.train.setup import prepare_checkpoint
@@ -57,7 +60,9 @@ def main() -> None:
     model, tok = load_checkpoint(ckpt, dtype=torch.float32, device=cpu)
     model.eval()
     gen = TorchGenerator(Policy(model, gen_head=linear_head(torch.float32), train_head=linear_head(torch.float32)), cpu)
-    out = {"ckpt": str(ckpt), "temperature": cfg.train.temperature, "samples": args.samples}
+    prefix = "<think>" if args.force_think else ""
+    out = {"ckpt": str(ckpt), "temperature": cfg.train.temperature, "samples": args.samples,
+           "force_think": args.force_think}
     for kind in ("mul2", "add3"):
         probs = [p for p in task.heldout if p.kind == kind]
         if kind != "mul2":
@@ -69,8 +74,8 @@ def main() -> None:
                                     temperature=cfg.train.temperature, n=args.samples,
                                     seeds=torch.arange(start, start + len(chunk)))
             with torch.no_grad():
-                g = gen.generate([encode_prompt(tok, p.prompt) for p in chunk], params)
-            texts += decode_completions(tok, g)
+                g = gen.generate([encode_prompt(tok, p.prompt + prefix) for p in chunk], params)
+            texts += [prefix + t for t in decode_completions(tok, g)]
             answers += [p.answer for p in chunk for _ in range(args.samples)]
         out[kind] = {"problems": len(probs), **fork_stats(texts, answers)}
         if kind == "mul2":
