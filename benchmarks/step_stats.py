@@ -4,7 +4,8 @@ Reads each run's steps.jsonl (one row per optimizer step) and prints, per run, t
 its steps of the loss's clip fraction, mean |ratio - 1| of the first minibatch (``ratio_dev``,
 staleness included), the generator-trainer mismatch of the staleness-0 tokens (docs/mismatch.md:
 k3 KL, mean and p99 |log ratio|, the fraction of ratios outside [0.5, 2]) with the run's largest
-|log ratio|, and the staleness. The last columns split the staleness by where a step sits
+|log ratio|, the rare-token tail (tokens with pi_gen < 0.05: their count per step, the mean of
+the steps' ratio p99, the largest ratio, the share past the loss's clip), and the staleness. The last columns split the staleness by where a step sits
 relative to the evals: under ``pipeline_rl`` the generator keeps generating while the trainer
 evaluates, so the batch right after an eval can be older than the others, which is how denser
 evals could change a run's training (docs/findings.md).
@@ -31,6 +32,13 @@ def run_stats(run_dir: Path) -> dict:
     out["mismatch_abs_max"] = float(steps["mismatch_abs_max"].max())
     out["clip_frac_max"] = float(steps["clip_frac"].max())
     out["ratio_dev_p90"] = float(steps["ratio_dev"].quantile(0.9))
+    if "rare_tokens" in steps:  # the rare-token tail (pi_gen < 0.05, docs/mismatch.md): per step, and pooled
+        n = steps["rare_tokens"].fillna(0)
+        out["rare_per_step"] = float(n.mean())
+        out["rare_ratio_p99"] = float(steps["rare_ratio_p99"].mean()) if "rare_ratio_p99" in steps else None
+        out["rare_ratio_max"] = float(steps["rare_ratio_max"].max()) if "rare_ratio_max" in steps else None
+        if "rare_clip_frac" in steps:  # weighted by each step's rare tokens: the share of all of them clipped
+            out["rare_clip_frac"] = float((steps["rare_clip_frac"].fillna(0) * n).sum() / max(n.sum(), 1))
     # the step right after an eval (its batch was generated, in part, while the trainer evaluated)
     after = steps["step"].isin([s + 1 for s in evals])
     out["stale_after_eval"] = float(steps.loc[after, "staleness_mean"].mean())

@@ -4,6 +4,7 @@ import math
 import torch
 
 from scalerl.losses import LOSSES
+from scalerl.losses.base import CLIPPED, rare_tail_stats, rare_tokens
 from scalerl.losses.cispo import CispoConfig, cispo_loss
 from scalerl.losses.dapo import DapoConfig, dapo_loss
 from scalerl.losses.grpo import GrpoConfig, grpo_loss
@@ -99,3 +100,32 @@ def test_clamp_metadata_is_exact():
     assert CispoConfig(eps_max=5.0).clamp() == "sg(clip(ratio, None, 5))*A*logp"
     assert DapoConfig(eps_low=0.2, eps_high=0.26).clamp() == "min(ratio*A, clip(ratio, 0.8, 1.26)*A)"
     assert set(LOSSES) == {"cispo", "dapo", "gspo", "grpo"}
+
+
+def test_rare_tail_by_hand():
+    # Behaviour probabilities 0.01, 0.04, 0.5, 0.02 (masked out), 0.03; ratios 1.0, 1.5, 3.0, 9.0, 2.0.
+    # Rare (π_gen < 0.05, in the mask): positions 0, 1, 4 with ratios 1.0, 1.5, 2.0; the masked 9.0 and the
+    # common 3.0 stay out. p99 of [1.0, 1.5, 2.0]: rank 0.99 x 2 = 1.98 -> 1.5 + 0.98 x 0.5 = 1.99.
+    behav = torch.log(torch.tensor([[0.01, 0.04, 0.5], [0.02, 0.03, 0.9]], dtype=torch.float64))
+    ratio = torch.tensor([[1.0, 1.5, 3.0], [9.0, 2.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [False, True, False]])
+    clipped = torch.tensor([[False, True, True], [True, True, False]])
+    rare = rare_tokens(behav, mask)
+    assert rare.tolist() == [[True, True, False], [False, True, False]]
+    s = rare_tail_stats(ratio[rare], clipped[rare])
+    assert s["rare_tokens"] == 3 and s["rare_ratio_max"] == 2.0
+    assert math.isclose(s["rare_ratio_p99"], 1.99, rel_tol=1e-12)
+    assert math.isclose(s["rare_clip_frac"], 2 / 3, rel_tol=1e-12)  # positions 1 and 4 are past the clip
+    assert "rare_clip_frac" not in rare_tail_stats(ratio[rare])  # a loss that reports no clip mask
+    assert rare_tail_stats(ratio[rare & False], clipped[rare & False]) == {"rare_tokens": 0}  # none: no NaN
+
+
+def test_losses_return_their_clip_mask():
+    # Ratios 1.5 and 1.1 with A = +1: past DAPO's 1 + 0.28 only the first; CISPO's cap 4 binds on neither;
+    # GSPO's sequence ratio exp(mean log) = sqrt(1.65) = 1.28 > 1 + 4e-3 clips the whole row.
+    logp = torch.log(torch.tensor([[1.5, 1.1]], dtype=torch.float64))
+    behav, adv = torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    assert dapo_loss(logp, behav, adv, mask, cfg=DapoConfig())[1][CLIPPED].tolist() == [[True, False]]
+    assert cispo_loss(logp, behav, adv, mask, cfg=CispoConfig())[1][CLIPPED].tolist() == [[False, False]]
+    assert gspo_loss(logp, behav, adv, mask, cfg=GspoConfig())[1][CLIPPED].tolist() == [[True, True]]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from scalerl.aggregation import AGGREGATIONS
+from scalerl.losses.base import rare_tokens
 from scalerl.train.update import aggregation_weights, micro_batches, padding_fraction, policy_update
 
 
@@ -95,6 +96,8 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation, correcti
     if correction != "none":  # the weights did act: some tokens masked, and the extra forward ran
         assert 0 < one["correction_masked_frac"] < 1 and one["correction_forward_s"] > 0
     assert one.keys() == micro.keys()
+    if correction == "none":  # each kept sampled token enters the rare-token tail once, at its generator log-prob
+        assert one["rare_tokens"] == int(rare_tokens(ro.gen.logprobs, ro.gen.sampled).sum())
     for k in (k for k in one if not k.endswith("_s")):  # not the timings
         # The loss nearly cancels (see below): its rounding shows at 1e-4 of its value.
         assert micro[k] == pytest.approx(one[k], rel=3e-4, abs=1e-7), k

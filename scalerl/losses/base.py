@@ -1,11 +1,14 @@
 """The loss contract, the shared schema and helpers."""
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol
 
 from omegaconf import MISSING
+
+from scalerl.core.lazy import torch
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -30,9 +33,53 @@ class LossConfig:
 
 class LossFn(Protocol):
     """A loss with its config bound: (N, T) log-probs, behaviour log-probs and
-    mask, (N,) advantages -> ((N, T) per-token loss, scalar metrics)."""
+    mask, (N,) advantages -> ((N, T) per-token loss, scalar metrics). A loss may also
+    return its (N, T) bool mask of the tokens past its clip under ``CLIPPED``: the update
+    takes it out of the scalar metrics and reads ``rare_clip_frac`` from it."""
 
     def __call__(self, logp: Tensor, behav_logp: Tensor, adv: Tensor, mask: Tensor) -> tuple[Tensor, dict]: ...
+
+
+CLIPPED = "clipped"
+"""The metrics key of a loss's per-token clip mask (N, T) bool, optional (``LossFn``)."""
+
+RARE_P = 0.05
+"""A sampled token is rare when its behaviour probability π_gen is below this: the class of
+low-probability, high-ratio fork tokens the losses treat differently (docs/embedded.md,
+"A miniature whose ceiling the recipe decides"; MiniMax-M1's case for CISPO)."""
+
+
+def rare_tokens(behav_logp: Tensor, mask: Tensor, p: float = RARE_P) -> Tensor:
+    """(N, T) bool: the masked tokens whose behaviour probability exp(behav_logp) is below ``p``.
+
+    >>> rare_tokens(torch.log(torch.tensor([[0.01, 0.5, 0.04]])), torch.tensor([[True, True, False]]))
+    tensor([[ True, False, False]])
+    """
+    return mask.bool() & (behav_logp < math.log(p))
+
+
+def rare_tail_stats(ratio: Tensor, clipped: Optional[Tensor] = None) -> dict:
+    """The ratio's tail on the rare tokens: ratio (n,) π_train / π_gen of n rare tokens, clipped (n,)
+    bool their loss's clip mask (None: the loss reports none).
+
+    - ``rare_tokens``: n;
+    - ``rare_ratio_p99`` / ``rare_ratio_max``: the ratio's 99th percentile (linear interpolation)
+      and maximum;
+    - ``rare_clip_frac``: the share of them past the loss's clip.
+    No rare tokens: only ``rare_tokens`` (0), so an interval's row averages the steps that had some.
+
+    >>> s = rare_tail_stats(torch.tensor([1.0, 1.5, 2.0]), torch.tensor([False, True, True]))
+    >>> s["rare_tokens"], round(s["rare_ratio_p99"], 4), s["rare_ratio_max"], round(s["rare_clip_frac"], 4)
+    (3, 1.99, 2.0, 0.6667)
+    """
+    n = int(ratio.numel())
+    if n == 0:
+        return {"rare_tokens": 0}
+    r = ratio.detach().double().flatten()
+    out = {"rare_tokens": n, "rare_ratio_p99": r.quantile(0.99).item(), "rare_ratio_max": r.max().item()}
+    if clipped is not None:
+        out["rare_clip_frac"] = clipped.detach().double().mean().item()
+    return out
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from scalerl.core.errors import check
 from scalerl.core.lazy import torch
-from scalerl.losses.base import LossConfig, masked_mean
+from scalerl.losses.base import CLIPPED, LossConfig, masked_mean
 
 
 @dataclass
@@ -40,4 +40,4 @@ def cispo_loss(logp, behav_logp, adv, mask, *, cfg: CispoConfig):
     clipped = ratio > cfg.eps_max
     if cfg.eps_min is not None:
         clipped |= ratio < cfg.eps_min
-    return loss, {"clip_frac": masked_mean(clipped.float(), mask)}
+    return loss, {"clip_frac": masked_mean(clipped.float(), mask), CLIPPED: clipped}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from scalerl.core.errors import check
 from scalerl.core.lazy import torch
-from scalerl.losses.base import LossConfig, masked_mean
+from scalerl.losses.base import CLIPPED, LossConfig, masked_mean
 
 
 @dataclass
@@ -47,4 +47,4 @@ def gspo_loss(logp, behav_logp, adv, mask, *, cfg: GspoConfig):
     clipped = s_tok.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * a
     loss = -torch.minimum(unclipped, clipped)
     was_clipped = (clipped < unclipped).detach()
-    return loss, {"clip_frac": masked_mean(was_clipped.float(), mask), "seq_ratio_mean": s.mean()}
+    return loss, {"clip_frac": masked_mean(was_clipped.float(), mask), "seq_ratio_mean": s.mean(), CLIPPED: was_clipped}

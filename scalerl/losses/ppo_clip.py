@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from scalerl.core.lazy import torch
-from scalerl.losses.base import masked_mean
+from scalerl.losses.base import CLIPPED, masked_mean
 
 
 def ppo_clip_token_loss(logp, behav_logp, adv, mask, eps_low: float, eps_high: float):
@@ -17,4 +17,4 @@ def ppo_clip_token_loss(logp, behav_logp, adv, mask, eps_low: float, eps_high: f
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * a
     loss = -torch.minimum(unclipped, clipped)
     was_clipped = (clipped < unclipped).detach()
-    return loss, {"clip_frac": masked_mean(was_clipped.float(), mask)}
+    return loss, {"clip_frac": masked_mean(was_clipped.float(), mask), CLIPPED: was_clipped}

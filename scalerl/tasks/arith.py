@@ -14,8 +14,11 @@ scratchpad of column additions, least significant digit first with the carry in,
 before the answer (``<think>2+7+0=09 4+1+0=05 0+5+0=05</think>0559``); the rest
 answer directly. Thinking helps a tiny model (each column is a one-digit sum), so
 RL can learn to think more, and the length axis (interruptions, penalties,
-truncation) has a thinking part to act on. Products have no scratchpad: they
-stay the ceiling. The grader reads only the text after the last ``</think>``.
+truncation) has a thinking part to act on. Products have no scratchpad by default:
+they stay the ceiling. ``task.think_mul > 0`` shows that share of the first phase's
+product demonstrations a scratchpad of column products (``product_scratchpad``): a
+rare fork that RL can learn to take (docs/embedded.md, "A miniature whose ceiling the
+recipe decides"). The grader reads only the text after the last ``</think>``.
 """
 from __future__ import annotations
 
@@ -59,6 +62,11 @@ class ArithConfig(TaskConfig):
     think through every column; the others think briefly (their first columns only) and then answer.
     Low, so that the policy RL starts from thinks too briefly and RL has to learn that thinking longer
     pays, the embedded default's rise (docs/embedded.md); None: those steps use ``task.think``'s demonstrations."""
+    think_mul: float = 0.0
+    """Fraction of the warm start's first-phase product demonstrations that write their column products
+    (``product_scratchpad``) before answering; never in its final steps. Small, so that the policy RL starts
+    from opens that thought rarely: a low-probability fork whose completions are right far more often
+    than its direct answers (docs/embedded.md). 0: products have no scratchpad."""
     interrupted: float = 0.1
     """Fraction of thinking demonstrations cut short after a random column by the paper's interruption
     phrase, then answered: a tiny model has never read English, so it learns here that an answer
@@ -80,6 +88,7 @@ class ArithConfig(TaskConfig):
         check(0.0 <= self.think <= 1.0, "task.think", f"must be a fraction in [0, 1], got {self.think}")
         check(self.think_final is None or 0.0 <= self.think_final <= 1.0, "task.think_final",
               f"must be a fraction in [0, 1] or null, got {self.think_final}")
+        check(0.0 <= self.think_mul <= 1.0, "task.think_mul", f"must be a fraction in [0, 1], got {self.think_mul}")
         check(0.0 <= self.interrupted <= 1.0, "task.interrupted", f"must be a fraction in [0, 1], got {self.interrupted}")
 
 
@@ -113,6 +122,49 @@ def scratchpad(prompt: str) -> str:
     return " ".join(cols)
 
 
+def product_scratchpad(prompt: str) -> str:
+    """The column products of a product prompt, least significant first: column k adds the digit
+    products x*y whose places sum to k (the first operand's higher digit first) and the carry in, and
+    writes the total at the width its largest possible value needs (99*99's), so that its last digit is
+    the answer's and the digits before it are the next carry in, copied as written. The answer reads as
+    an addition's does: the last carry, then every column's last digit. "" for other operators.
+
+    Every step is a few one-digit products and a sum, like an addition's column; the whole thought
+    (32 characters for two-digit operands) closes before ``length=interrupt`` cuts at 0.8 x 64 tokens.
+
+    >>> product_scratchpad("47*36=")
+    '7*6+0=42 4*6+7*3+4=049 4*3+04=16'
+    >>> product_scratchpad("99*99=")
+    '9*9+0=81 9*9+9*9+8=170 9*9+17=98'
+    >>> product_scratchpad("7*6=")
+    '7*6+0=42'
+    >>> product_scratchpad("042+517=")
+    ''
+    """
+    if "*" not in prompt:
+        return ""
+    a, b = (x[::-1] for x in prompt.rstrip("=").split("*"))  # digits, least significant first
+    cols, carry, carry_text, top = [], 0, "0", 0
+    for k in range(len(a) + len(b) - 1):
+        pairs = [(i, k - i) for i in reversed(range(len(a))) if 0 <= k - i < len(b)]
+        top = 81 * len(pairs) + top // 10  # the column's largest total: 9*9 each, plus the largest carry
+        total = sum(int(a[i]) * int(b[j]) for i, j in pairs) + carry
+        text = f"{total:0{len(str(top))}d}"
+        cols.append("+".join(f"{a[i]}*{b[j]}" for i, j in pairs) + f"+{carry_text}={text}")
+        carry, carry_text = total // 10, text[:-1]
+    return " ".join(cols)
+
+
+def product_demonstration(p: Problem) -> Problem:
+    """The warm start's target for a product that thinks: its column products, then the answer.
+
+    >>> product_demonstration(make_problem("mul2", random.Random(0))).answer  # 49*97
+    '<think>9*7+0=63 4*7+9*9+6=115 4*9+11=47</think>4753'
+    """
+    return Problem(prompt=p.prompt, answer=f"{THINK_START}{product_scratchpad(p.prompt)}{THINK_END}{p.answer}",
+                   kind=p.kind, task=p.task, uid=p.uid)
+
+
 def demonstration(p: Problem, thinks: bool, cut: int = 0, brief: bool = False) -> Problem:
     """The warm start's target for ``p``: its scratchpad in a thinking block, then the answer; or the
     answer alone (no scratchpad for the operator, or ``thinks`` false). ``cut > 0`` keeps only that
@@ -136,16 +188,22 @@ def demonstration(p: Problem, thinks: bool, cut: int = 0, brief: bool = False) -
                    kind=p.kind, task=p.task, uid=p.uid)
 
 
-def demonstrations(stream: "ProblemStream", think: float, interrupted: float, seed: int, *, brief: bool = False):
+def demonstrations(stream: "ProblemStream", think: float, interrupted: float, seed: int, *, brief: bool = False,
+                   think_mul: float = 0.0):
     """Warm-start problems whose ``answer`` is the completion to imitate (``TaskData.sft_stream``).
 
     A ``think`` fraction thinks through every column (``interrupted`` of those are cut by the phrase);
-    the rest answer directly or, with ``brief``, after a thought of their first columns."""
+    the rest answer directly or, with ``brief``, after a thought of their first columns. A ``think_mul``
+    fraction of the products writes its column products; the rest answer directly."""
     rng = random.Random(seed)
     for p in stream:
         thinks = rng.random() < think
         columns = KINDS[p.kind][1]
-        if thinks:
+        # Drawn only when asked for, so that think_mul=0 leaves every other draw, and so the shipped
+        # warm starts' demonstrations, as they were.
+        if think_mul and KINDS[p.kind][0] == "*" and rng.random() < think_mul:
+            yield product_demonstration(p)
+        elif thinks:
             cut = rng.randrange(1, columns) if columns > 1 and rng.random() < interrupted else 0
             yield demonstration(p, True, cut)
         elif brief and columns > 1:
@@ -191,17 +249,21 @@ def build_arith(cfg: ArithConfig, *, tokenizer=None) -> TaskData:
     train = unique_problems(stream, cfg.n_train, {p.prompt for p in heldout})
     frozen_heldout = frozenset(p.prompt for p in heldout)
 
-    def sft(think: float, brief: bool = False):
+    def sft(think: float, brief: bool = False, think_mul: float = 0.0):
         return lambda seed: demonstrations(ProblemStream(dict(cfg.mix), seed, exclude=frozen_heldout),
-                                           think, cfg.interrupted, seed, brief=brief)
+                                           think, cfg.interrupted, seed, brief=brief, think_mul=think_mul)
+
+    final = None if cfg.think_final is None else sft(cfg.think_final, brief=True)
+    if final is None and cfg.think_mul:  # the product scratchpad stays out of the final steps
+        final = sft(cfg.think)
 
     return TaskData(
         train=train,
         heldout=heldout,
         score=lambda texts, problems: _grade(cfg, [exact_match_reward(t, p.answer) == 1.0 for t, p in zip(texts, problems)]),
         # Warm-start (SFT) data: fresh problems, never the held-out split.
-        sft_stream=sft(cfg.think),
-        sft_final_stream=None if cfg.think_final is None else sft(cfg.think_final, brief=True),
+        sft_stream=sft(cfg.think, think_mul=cfg.think_mul),
+        sft_final_stream=final,
         names=("arith",),
         correct_reward=cfg.correct_reward,
         wrong_reward=cfg.wrong_reward,

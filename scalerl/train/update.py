@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from scalerl.correction.mismatch import mismatch_stats
-from scalerl.losses.base import masked_mean
+from scalerl.losses.base import CLIPPED, masked_mean, rare_tail_stats, rare_tokens
 from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens, mismatch_metrics
 from scalerl.train.sharding import clip_grad_norm
 
@@ -74,6 +74,7 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
                                  temperature)
     done: list[dict] = []
     probe: list = []  # the first minibatch's (logp, behav, fresh): it precedes any update this step
+    tail: list = []  # every forward's rare tokens' (ratio, clipped or None): the rare-token tail (losses/base.py)
     nonfinite, train_tokens, idle = 0, 0, 0
     for k, (groups, rows) in enumerate(chunks):
         optimizer.zero_grad(set_to_none=True)
@@ -81,10 +82,11 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
         first = probe if k == 0 and beh is None else None
         if micro_batch_tokens > 0:
             stats, names = _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe, temperature,
-                                                     micro_batch_tokens, dist, beh=beh, version=version, probe=first)
+                                                     micro_batch_tokens, dist, beh=beh, version=version, probe=first,
+                                                     tail=tail)
         else:
             x = _rows_inputs(ro, adv_rows, groups, rows, group, beh=beh, version=version)
-            loss, sums, names = _forward_loss(trainer, x, recipe, temperature, probe=first)
+            loss, sums, names = _forward_loss(trainer, x, recipe, temperature, probe=first, tail=tail)
             units = float(sums[0])
             stats = dist.all_sum(sums)  # (len(HEAD) + len(names),) float64: one collective
             global_units = stats[0].item()
@@ -117,6 +119,10 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     elif probe:
         out.update(mismatch_stats(torch.cat([p[0][p[2]] for p in probe]).detach(),
                                   torch.cat([p[1][p[2]] for p in probe]).detach()))
+    if tail:  # this rank's tokens, every minibatch's ratio (after the earlier minibatches' updates)
+        clips = [c for _, c in tail]
+        out.update(rare_tail_stats(torch.cat([r for r, _ in tail]),
+                                   None if any(c is None for c in clips) else torch.cat(clips)))
     out.update(nonfinite=nonfinite, train_tokens=train_tokens, idle_minibatches=idle)
     return out
 
@@ -146,19 +152,24 @@ def _rows_inputs(ro, adv_rows, groups, rows, group, beh=None, version=None):
     return x
 
 
-def _forward_loss(trainer, x: dict, recipe, temperature, weights=None, units=0.0, probe=None):
+def _forward_loss(trainer, x: dict, recipe, temperature, weights=None, units=0.0, probe=None, tail=None):
     """One forward: (loss, this forward's sums (HEAD then the token-weighted metric sums), names).
     ``weights`` None: the loss is ``recipe.aggregate`` of the rows (the whole minibatch); else the
     per-token aggregation weights (n, T) of these rows within their minibatch, of ``units``.
-    ``probe``: a list that gets (logp, behav, fresh) of this forward, for the mismatch metrics."""
+    ``probe``: a list that gets (logp, behav, fresh) of this forward, for the mismatch metrics;
+    ``tail``: a list that gets its rare tokens' (ratio, clip mask or None), for the rare-token tail."""
     logp, entropy = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
                             temperature=temperature)  # (n, T) each; the head in chunks (trainer.head_chunk)
     sampled, behav = x["sampled"], x["behav"]
     tok_loss, m = recipe.loss(logp, behav, x["adv"], sampled)
+    clipped = m.pop(CLIPPED, None)  # (n, T) bool or None: the loss's per-token clip mask
     if "weight" in x:  # the correction's constant per-token weight (scalerl/correction)
         tok_loss = tok_loss * x["weight"]
     if probe is not None:
         probe.append((logp.detach(), behav, x["fresh"]))
+    if tail is not None:
+        rare = rare_tokens(behav, sampled)  # (n, T)
+        tail.append(((logp.detach() - behav)[rare].exp(), None if clipped is None else clipped[rare]))
     if weights is None:
         loss, units = recipe.aggregate(tok_loss, sampled, x["group"])
     else:
@@ -212,7 +223,7 @@ def padding_fraction(lengths: list[int], parts: list[list[int]]) -> float:
 
 
 def _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe, temperature, budget, dist,
-                              beh=None, version=None, probe=None):
+                              beh=None, version=None, probe=None, tail=None):
     """Forward and backward this rank's rows of a minibatch in micro-batches, the gradients
     accumulating to the single-forward ones. Returns the all-reduced sums and the metric names."""
     x = _rows_inputs(ro, adv_rows, groups, rows, group, beh=beh, version=version)
@@ -236,7 +247,8 @@ def _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe
             w = weights[sel, :t]
         else:  # this rank ran out of rows: a masked dummy keeps the ranks' forwards in step
             part, w = dummy, torch.zeros((1, 1), device=x["tokens"].device)
-        loss, sums, names = _forward_loss(trainer, part, recipe, temperature, weights=w, units=units, probe=probe)
+        loss, sums, names = _forward_loss(trainer, part, recipe, temperature, weights=w, units=units, probe=probe,
+                                          tail=tail)
         (loss * (units * scale)).backward()  # loss is over this rank's units, like the one-forward path's
         total = sums if total is None else total + sums
     # HEAD: units once (the whole minibatch's), finite only if every micro-batch was; the tokens and

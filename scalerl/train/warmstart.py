@@ -37,6 +37,9 @@ RECIPE = 2
 noise in the sampler): the cached and the shipped warm starts are then rebuilt."""
 DEMOS_FINGERPRINTED = 64
 """Demonstrations of each phase whose text goes into the key: a changed task generator shows there."""
+KEY_NEUTRAL = {"think_mul": 0.0}
+"""Task fields added after the shipped warm starts were built, with the value that builds what they
+built: at that value a field stays out of the key, so those warm starts still match (docs/embedded.md)."""
 
 
 def warm_start_key(cfg, base: Path, task, tok) -> dict:
@@ -47,9 +50,19 @@ def warm_start_key(cfg, base: Path, task, tok) -> dict:
     ws = cfg.model.warmstart
     demos = [task.sft_stream(ws.seed), (task.sft_final_stream or task.sft_stream)(ws.seed + 2)]
     texts = [[(p.prompt, p.answer) for p, _ in zip(stream, range(DEMOS_FINGERPRINTED))] for stream in demos]
-    return {"base": cfg.model.identity(base), "warmstart": asdict(ws), "task": asdict(cfg.task),
+    return {"base": cfg.model.identity(base), "warmstart": asdict(ws), "task": task_key(cfg.task),
             "heldout": split_record(task)["fingerprint"], "demonstrations": stable_hash(texts, n=16),
             "tokenizer": stable_hash(sorted(tok.get_vocab().items()), n=16), "sampler": RECIPE}
+
+
+def task_key(task_cfg) -> dict:
+    """The task's settings as the key holds them: every field, but a ``KEY_NEUTRAL`` one at its neutral value.
+
+    >>> from scalerl.tasks.arith import ArithConfig
+    >>> "think_mul" in task_key(ArithConfig(name="arith")), task_key(ArithConfig(name="arith", think_mul=0.02))["think_mul"]
+    (False, 0.02)
+    """
+    return {k: v for k, v in asdict(task_cfg).items() if not (k in KEY_NEUTRAL and v == KEY_NEUTRAL[k])}
 
 
 # ---------------------------------------------------------------- the shipped copy
