@@ -21,7 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 MEANS = ["clip_frac", "ratio_dev", "mismatch_kl", "mismatch_abs_mean", "mismatch_abs_p99", "mismatch_out_frac",
-         "staleness_mean", "multi_version_frac", "entropy", "effective_batch"]
+         "staleness_mean", "multi_version_frac", "entropy", "effective_batch",
+         # the correction axis (docs/mismatch.md): the share its weight clipped or masked, its extra
+         # forward's seconds, and the step's time and idle share that forward may fill
+         "correction_clip_frac", "correction_forward_s", "step_time_s", "trainer_idle_frac"]
 
 
 def run_stats(run_dir: Path) -> dict:
