@@ -2,9 +2,9 @@
 
 Reads each run's steps.jsonl (one row per optimizer step) and prints, per run, the means over
 its steps of the loss's clip fraction, mean |ratio - 1| of the first minibatch (``ratio_dev``,
-staleness included), the generator-trainer mismatch of the staleness-0 tokens (docs/mismatch.md:
-k3 KL, mean and p99 |log ratio|, the fraction of ratios outside [0.5, 2]) with the run's largest
-|log ratio|, the rare-token tail (tokens with pi_gen < 0.05: their count per step, the mean of
+staleness included), the generator-trainer mismatch of the rows of staleness 0 (docs/mismatch.md:
+k3 KL, mean |log ratio| and the fraction of ratios outside [0.5, 2], weighted by the steps' token
+counts; the steps' mean p99 |log ratio|; tokens measured per step) with the run's largest |log ratio|, the rare-token tail (tokens with pi_gen < 0.05: their count per step, the mean of
 the steps' ratio p99, the largest ratio, the share past the loss's clip), and the staleness. The last columns split the staleness by where a step sits
 relative to the evals: under ``pipeline_rl`` the generator keeps generating while the trainer
 evaluates, so the batch right after an eval can be older than the others, which is how denser
@@ -32,6 +32,12 @@ def run_stats(run_dir: Path) -> dict:
     evals = sorted(json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl"))
     out = {"run": run_dir.name.rsplit("-", 1)[0], "steps": int(steps["step"].max())}
     out.update({k: float(steps[k].mean()) for k in MEANS if k in steps})
+    if "mismatch_tokens" in steps:  # a step with few fresh rows weighs less than one with many
+        w = steps["mismatch_tokens"].fillna(0)
+        out["mismatch_tokens"] = float(w.mean())
+        for k in ("mismatch_kl", "mismatch_abs_mean", "mismatch_out_frac"):
+            if k in steps and w.sum() > 0:
+                out[k] = float((steps[k].fillna(0) * w).sum() / w.sum())
     out["mismatch_abs_max"] = float(steps["mismatch_abs_max"].max())
     out["clip_frac_max"] = float(steps["clip_frac"].max())
     out["ratio_dev_p90"] = float(steps["ratio_dev"].quantile(0.9))

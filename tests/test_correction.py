@@ -115,23 +115,25 @@ def test_a_corrected_run_logs_the_extra_forward_and_the_mismatch(tiny_cfg, tmp_p
         assert row["mismatch_tokens"] > 0 and row["mismatch_abs_max"] > 0 and row["mismatch_kl"] >= 0
 
 
-def test_the_mismatch_counts_only_tokens_of_staleness_0():
+def test_the_mismatch_counts_only_rows_of_staleness_0():
     from types import SimpleNamespace
 
     from scalerl.train.behaviour import fresh_tokens, mismatch_metrics
 
-    # trainer version 4: row 0's first token is from version 3 (stale), row 1's last from version 2;
-    # row 1's first token is not sampled (forced). Fresh: (0,1), (0,2), (1,1).
-    version = torch.tensor([[3, 4, 4], [4, 4, 2]])
-    sampled = torch.tensor([[True, True, True], [False, True, True]])
+    # trainer version 4. Row 0 began at version 3 and went on at 4 after a push: its version-4 tokens
+    # attend to the KV cache version 3 computed, so none of it counts. Row 1 is all version 4 but for
+    # a forced (unsampled) token of another version, which does not matter. Row 2 is all version 3.
+    version = torch.tensor([[3, 4, 4], [2, 4, 4], [3, 3, 3]])
+    sampled = torch.tensor([[True, True, True], [False, True, True], [True, True, True]])
     ro = SimpleNamespace(gen=SimpleNamespace(version=version, sampled=sampled))
-    rows = torch.tensor([0, 1])
+    rows = torch.tensor([0, 1, 2])
     fresh = fresh_tokens(ro, rows, 4)
-    assert fresh.tolist() == [[False, True, True], [False, True, False]]
+    assert fresh.tolist() == [[False, False, False], [False, True, True], [False, False, False]]
+    assert fresh_tokens(ro, rows, 3).tolist() == [[False, False, False], [False, False, False], [True, True, True]]
     assert fresh_tokens(ro, rows, None).tolist() == sampled.tolist()
-    # Only the fresh tokens enter: the stale ones' large log ratios (3.0, -5.0) are left out.
-    # fresh log r = 0.1, -0.2, 0.3 -> mean |log r| 0.2, max 0.3
-    train = torch.tensor([[3.0, 0.1, -0.2], [9.0, 0.3, -5.0]])
-    s = mismatch_metrics(train, torch.zeros(2, 3), fresh)
-    assert s["mismatch_tokens"] == 3 and s["mismatch_abs_mean"] == pytest.approx(0.2)
+    # Only the fresh tokens enter: row 0's version-4 tokens (log r 0.5, 0.7, stale KV) are left out.
+    # fresh log r = 0.1, -0.3 -> mean |log r| 0.2, max 0.3
+    train = torch.tensor([[3.0, 0.5, 0.7], [9.0, 0.1, -0.3], [1.0, 1.0, 1.0]])
+    s = mismatch_metrics(train, torch.zeros(3, 3), fresh)
+    assert s["mismatch_tokens"] == 2 and s["mismatch_abs_mean"] == pytest.approx(0.2)
     assert s["mismatch_abs_max"] == pytest.approx(0.3)

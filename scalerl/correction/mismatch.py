@@ -2,7 +2,7 @@
 rollout-correction metrics log them (docs/mismatch.md).
 
 Pure: flat log-probs of the same sampled tokens on both sides in, scalars out. Which tokens
-enter decides what is measured: the update passes only tokens of staleness 0 (sampled by the
+enter decides what is measured: the update passes only rows of staleness 0 (wholly sampled by the
 weights the trainer holds before its update), so the metrics are numerics, never staleness.
 """
 from __future__ import annotations

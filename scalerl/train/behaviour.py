@@ -8,8 +8,8 @@ minibatch, before the first optimizer step. It keeps no activations, but it is n
 Every rank runs as many forwards as every other (a masked dummy row where it has none), so
 FSDP2's collectives stay in step. Its time is the step row's ``correction_forward_s``.
 
-The mismatch metrics (``correction/mismatch.py``) are taken over the tokens of staleness 0
-(sampled by the weights the trainer holds before its update), so staleness never enters them
+The mismatch metrics (``correction/mismatch.py``) are taken over the rows of staleness 0
+(every token sampled by the weights the trainer holds before its update), so staleness never enters them
 (docs/mismatch.md): from π_old where a correction computed it, else from the update's first
 minibatch forward, which also precedes any update.
 """
@@ -35,9 +35,18 @@ class Behaviour:
 
 
 def fresh_tokens(ro, rows: torch.Tensor, version: Optional[int]) -> torch.Tensor:
-    """(n, T) bool: the sampled tokens of ``rows`` of staleness 0 at trainer ``version`` (None: all)."""
+    """(n, T) bool: the sampled tokens of ``rows`` free of staleness at trainer ``version`` (None: all).
+
+    A token is free of staleness only if its whole prefix was computed by the weights that sampled
+    it: PipelineRL keeps a completion's KV cache across a weight push (arXiv 2510.13786 §3.1), so a
+    token sampled after the push attends to keys and values of the older weights, the prompt's
+    prefill included, and its log-prob differs from the trainer's recompute for a reason that is not
+    numerics. So only whole rows whose every sampled token is of ``version`` count."""
     sampled = ro.gen.sampled[rows]
-    return sampled if version is None else sampled & (ro.gen.version[rows] == version)
+    if version is None:
+        return sampled
+    whole = ((ro.gen.version[rows] == version) | ~sampled).all(dim=1, keepdim=True)  # (n, 1)
+    return sampled & whole
 
 
 @torch.no_grad()

@@ -58,7 +58,7 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
 
     trainer: ``CompletionLogits`` (FSDP2-sharded or not); adv: (P, G) and keep: (P,) for
     the whole global batch (identical on every rank). ``version``: the trainer's version before
-    this update; the mismatch metrics count its tokens only (staleness 0; None: every token).
+    this update; the mismatch metrics count the rows wholly sampled by it (staleness 0; None: every token).
     """
     group = ro.correct.shape[1]
     device = ro.gen.tokens.device
@@ -131,7 +131,7 @@ def _rows_inputs(ro, adv_rows, groups, rows, group, beh=None, version=None):
     """The forward's and the loss's inputs for this rank's rows of a minibatch; with no rows,
     one masked dummy row (a one-token prompt and completion): FSDP2 needs every rank in every
     forward and backward. ``beh``: a correction's π_old (the loss's ratio is taken against it)
-    and per-token weights; ``fresh``: the sampled tokens of staleness 0 (the mismatch metrics')."""
+    and per-token weights; ``fresh``: the sampled tokens of the rows of staleness 0 (the mismatch metrics')."""
     dev = ro.gen.tokens.device
     if groups:
         x = dict(tokens=ro.gen.tokens[rows], present=ro.gen.present[rows], sampled=ro.gen.sampled[rows],
