@@ -115,10 +115,30 @@ def test_a_corrected_run_logs_the_extra_forward_and_the_mismatch(tiny_cfg, tmp_p
         assert row["mismatch_tokens"] > 0 and row["mismatch_abs_max"] > 0 and row["mismatch_kl"] >= 0
 
 
+@pytest.mark.parametrize("precision, exact", [("fp32", True), ("fp32_head", False)])
+def test_the_mismatch_one_version_back_uses_that_versions_weights(tiny_cfg, tmp_path, precision, exact):
+    from scalerl.train.loop import train
+
+    # PPO-off-policy-2: each phase's second batch was sampled whole by the version before the
+    # trainer's, which only the kept copy can recompute. With fp32 the generator is the trainer, so
+    # that recompute must agree to rounding (a copy one update off would not: lr 1e-3 moves the
+    # log-probs by far more than 1e-8); with the bf16-rounded generator it must not.
+    cfg = tiny_cfg("async=ppo_off_policy", "async.k=2", f"precision={precision}", "train.steps=4",
+                   "train.eval_every=4", "train.lr=1e-3", "train.warmup_steps=0")
+    train(cfg, tmp_path / "r", run_name="r", group="t", config_dict={})
+    rows = [json.loads(line) for line in (tmp_path / "r" / "steps.jsonl").read_text().splitlines()]
+    lagged = [r for r in rows if r.get("mismatch_lagged_tokens")]
+    assert [r["step"] for r in lagged] == [2, 4], rows  # the phases' second steps
+    for r in lagged:
+        assert r["mismatch_forward_s"] > 0
+        assert (r["mismatch_kl"] < 1e-10) if exact else (r["mismatch_kl"] > 1e-8), r
+        assert (r["mismatch_abs_max"] < 1e-4) if exact else (r["mismatch_abs_max"] > 1e-4), r
+
+
 def test_the_mismatch_counts_only_rows_of_staleness_0():
     from types import SimpleNamespace
 
-    from scalerl.train.behaviour import fresh_tokens, mismatch_metrics
+    from scalerl.train.behaviour import fresh_tokens
 
     # trainer version 4. Row 0 began at version 3 and went on at 4 after a push: its version-4 tokens
     # attend to the KV cache version 3 computed, so none of it counts. Row 1 is all version 4 but for
@@ -134,6 +154,6 @@ def test_the_mismatch_counts_only_rows_of_staleness_0():
     # Only the fresh tokens enter: row 0's version-4 tokens (log r 0.5, 0.7, stale KV) are left out.
     # fresh log r = 0.1, -0.3 -> mean |log r| 0.2, max 0.3
     train = torch.tensor([[3.0, 0.5, 0.7], [9.0, 0.1, -0.3], [1.0, 1.0, 1.0]])
-    s = mismatch_metrics(train, torch.zeros(3, 3), fresh)
+    s = mismatch_stats(train[fresh], torch.zeros(3, 3)[fresh])
     assert s["mismatch_tokens"] == 2 and s["mismatch_abs_mean"] == pytest.approx(0.2)
     assert s["mismatch_abs_max"] == pytest.approx(0.3)

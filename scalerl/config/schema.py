@@ -88,6 +88,11 @@ class TrainConfig:
     """Padded completion tokens per trainer forward: a rank's minibatch is cut into micro-batches
     (longest rows first, each padded to its own longest) whose gradients accumulate to the same
     update; 0 = off, one forward per minibatch (docs/trainer-memory.md)."""
+    mismatch_groups: int = 2
+    """Groups per step on which the mismatch metrics are also measured one version back: groups
+    wholly sampled by the weights before the trainer's last update, whose log-probs the trainer
+    recomputes with a kept copy of those weights (one forward without gradient; one rank only;
+    0 = off, docs/mismatch.md). Under PipelineRL nearly every batch is of that version."""
     head_chunk: int = 0
     """Positions per LM-head chunk for the trainer's log-probs (the (N, T, V) logits are never
     held at once); 0 = auto, 256 MiB of fp32 logits per chunk (docs/trainer-memory.md)."""
@@ -113,6 +118,7 @@ class TrainConfig:
         check(self.max_nan_skips >= 1, "train.max_nan_skips", f"must be >= 1, got {self.max_nan_skips}")
         check(self.gpus >= 0, "train.gpus", f"must be >= 0 (0 = one per rank), got {self.gpus}")
         check(self.micro_batch_tokens >= 0, "train.micro_batch_tokens", f"must be >= 0 (0 = off), got {self.micro_batch_tokens}")
+        check(self.mismatch_groups >= 0, "train.mismatch_groups", f"must be >= 0 (0 = off), got {self.mismatch_groups}")
         check(self.head_chunk >= 0, "train.head_chunk", f"must be >= 0 (0 = auto), got {self.head_chunk}")
 
 

@@ -11,7 +11,9 @@ FSDP2's collectives stay in step. Its time is the step row's ``correction_forwar
 The mismatch metrics (``correction/mismatch.py``) are taken over the rows of staleness 0
 (every token sampled by the weights the trainer holds before its update), so staleness never enters them
 (docs/mismatch.md): from π_old where a correction computed it, else from the update's first
-minibatch forward, which also precedes any update.
+minibatch forward, which also precedes any update. Under PipelineRL few rows are of staleness 0
+(the generators stay a batch ahead), so ``LaggedWeights`` also measures up to
+``train.mismatch_groups`` groups wholly of the version before, with a kept copy of its weights.
 """
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ from typing import Optional
 
 import torch
 
-from scalerl.correction.mismatch import mismatch_stats
 
 
 @dataclass
@@ -71,6 +72,54 @@ def behaviour_logprobs(trainer, ro, chunks: list[tuple[list[int], torch.Tensor]]
     return Behaviour(old_logp=old, weight=weight.detach(), metrics=metrics)
 
 
-def mismatch_metrics(train_logp: torch.Tensor, gen_logp: torch.Tensor, fresh: torch.Tensor) -> dict:
-    """The mismatch metrics over the ``fresh`` tokens of (n, T) log-probs of both sides."""
-    return mismatch_stats(train_logp.detach()[fresh], gen_logp.detach()[fresh])
+class LaggedWeights:
+    """A copy of the trainer's weights one version back, to measure the mismatch on the groups that
+    version sampled whole: under PipelineRL the generators stay a batch ahead, so nearly every
+    completion is of staleness 1 and almost none of staleness 0 (docs/mismatch.md). One copy of
+    the parameters, refreshed before each update; one forward without gradient over at most
+    ``groups`` groups a step, run by swapping the copy in. One rank only: a sharded trainer's
+    swap would have to keep every rank's forwards in step, and is not done."""
+
+    def __init__(self, params: list, groups: int):
+        self.params, self.groups = params, groups
+        self.copy: Optional[list] = None
+        self.version: Optional[int] = None
+
+    @torch.no_grad()
+    def keep(self, version: int) -> None:
+        """Remember the weights as they are now, before the update: those of ``version``."""
+        if self.copy is None:
+            self.copy = [p.detach().clone() for p in self.params]
+        else:
+            for c, p in zip(self.copy, self.params):
+                c.copy_(p.detach())
+        self.version = version
+
+    def _swap(self) -> None:
+        for p, c in zip(self.params, self.copy):
+            p.data, c.data = c.data, p.data
+
+    @torch.no_grad()
+    def logprobs(self, trainer, ro, version: Optional[int], inputs, temperature: float):
+        """(train, gen): flat log-probs of the sampled tokens of up to ``groups`` of this rank's groups
+        wholly sampled by the kept weights, both sides; None if the copy is not of ``version`` - 1 or
+        no group qualifies. ``inputs(groups, rows)``: the forward's inputs (``update._rows_inputs``)."""
+        if version is None or self.copy is None or self.version != version - 1:
+            return None
+        n_groups, group = ro.correct.shape
+        sampled = ro.gen.sampled
+        whole = ((ro.gen.version == self.version) | ~sampled).all(dim=1) & sampled.any(dim=1)  # (N,)
+        picked = whole.view(n_groups, group).all(dim=1).nonzero().flatten()[: self.groups].tolist()
+        if not picked:
+            return None
+        rows = torch.tensor([g * group + j for g in picked for j in range(group)], dtype=torch.long,
+                            device=sampled.device)
+        x = inputs(picked, rows)
+        self._swap()
+        try:
+            logp, _ = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
+                              temperature=temperature)  # (n, T)
+        finally:
+            self._swap()
+        mask = sampled[rows]
+        return logp.detach()[mask], ro.gen.logprobs[rows][mask]

@@ -43,6 +43,7 @@ from scalerl.config.eval_schedule import eval_steps
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, write_json_atomic
 from scalerl.loggers.base import namespaced
+from scalerl.train.behaviour import LaggedWeights
 from scalerl.train.checkpoint import check_finite, save_checkpoint
 from scalerl.train.compute import gen_flops, train_flops
 from scalerl.train.distributed import Dist, shutdown
@@ -119,6 +120,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     if plan.interleaving.generators:
         announce(run_dir, f"starting {plan.interleaving.generators} generator process(es)", main=dist.main)
     sched.start(state["step"])  # every generator gets the resumed weights, or the start's as version 0
+    # The mismatch one version back (docs/mismatch.md): one rank, unsharded only.
+    lagged = LaggedWeights(r.params, t.mismatch_groups) if t.mismatch_groups and dist.world == 1 and dist.mesh is None else None
     progress.extra = {"generator_pids": sched.pids}
     try:
         # -------------------------------------------------------- step-0 eval
@@ -142,7 +145,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, recipe,
                                 minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip,
                                 temperature=cfg.train.temperature, mine=mine, dist=dist,
-                                micro_batch_tokens=cfg.train.micro_batch_tokens, version=step - 1)
+                                micro_batch_tokens=cfg.train.micro_batch_tokens, version=step - 1, lagged=lagged)
             r.scheduler.step()
             sched.publish(step)  # the generators get version `step` (now, or at the next phase)
             # ---------------------------------------------------------- account

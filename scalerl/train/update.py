@@ -24,13 +24,14 @@ can never contain NaN) and is reported to the loop, which raises an alarm.
 """
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import torch
 
 from scalerl.correction.mismatch import mismatch_stats
 from scalerl.losses.base import CLIPPED, masked_mean, rare_tail_stats, rare_tokens
-from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens, mismatch_metrics
+from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens
 from scalerl.train.sharding import clip_grad_norm
 
 HEAD = ("units", "finite", "tokens", "loss")
@@ -53,12 +54,13 @@ def minibatch_groups(keep: torch.Tensor, n_minibatches: int) -> list[list[int]]:
 
 def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatches: int, grad_clip: float,
                   temperature: float, mine: slice, dist, micro_batch_tokens: int = 0,
-                  version: Optional[int] = None) -> dict:
+                  version: Optional[int] = None, lagged=None) -> dict:
     """Train on this rank's rollout ``ro`` (the groups ``mine`` of the step's batch).
 
     trainer: ``CompletionLogits`` (FSDP2-sharded or not); adv: (P, G) and keep: (P,) for
     the whole global batch (identical on every rank). ``version``: the trainer's version before
-    this update; the mismatch metrics count the rows wholly sampled by it (staleness 0; None: every token).
+    this update; the mismatch metrics count the rows wholly sampled by it (staleness 0; None: every token)
+    and, with ``lagged`` (``behaviour.LaggedWeights``), groups wholly sampled by the version before.
     """
     group = ro.correct.shape[1]
     device = ro.gen.tokens.device
@@ -72,6 +74,12 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     if recipe.needs_old_logp and chunks:
         beh = behaviour_logprobs(trainer, ro, chunks, lambda g, r: _rows_inputs(ro, adv_rows, g, r, group), recipe,
                                  temperature)
+    lag, lag_s = None, 0.0  # the mismatch one version back, before the update overwrites the weights kept
+    if lagged is not None:
+        t0 = time.perf_counter()
+        lag = lagged.logprobs(trainer, ro, version, lambda g, r: _rows_inputs(ro, adv_rows, g, r, group), temperature)
+        lag_s = time.perf_counter() - t0
+        lagged.keep(version)
     done: list[dict] = []
     probe: list = []  # the first minibatch's (logp, behav, fresh): it precedes any update this step
     tail: list = []  # every forward's rare tokens' (ratio, clipped or None): the rare-token tail (losses/base.py)
@@ -110,15 +118,21 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     if done:  # the first minibatch precedes any update this step: pure generator-vs-trainer numerics
         out["logp_mismatch"], out["ratio_dev"] = done[0]["abs_dlogp"], done[0]["ratio_dev"]
         out.pop("abs_dlogp")
+    pairs = []  # (trainer, generator) log-probs of the tokens the mismatch metrics count
     if beh is not None:
         fresh = torch.zeros_like(ro.gen.sampled)
         for groups, rows in chunks:
             if groups:
                 fresh[rows] = fresh_tokens(ro, rows, version)
-        out.update(beh.metrics, **mismatch_metrics(beh.old_logp, ro.gen.logprobs, fresh))
+        out.update(beh.metrics)
+        pairs.append((beh.old_logp.detach()[fresh], ro.gen.logprobs.detach()[fresh]))
     elif probe:
-        out.update(mismatch_stats(torch.cat([p[0][p[2]] for p in probe]).detach(),
-                                  torch.cat([p[1][p[2]] for p in probe]).detach()))
+        pairs.append((torch.cat([p[0][p[2]] for p in probe]).detach(), torch.cat([p[1][p[2]] for p in probe]).detach()))
+    if lag is not None:
+        pairs.append(lag)
+        out.update(mismatch_lagged_tokens=int(lag[0].numel()), mismatch_forward_s=lag_s)
+    if pairs:
+        out.update(mismatch_stats(torch.cat([a for a, _ in pairs]), torch.cat([b for _, b in pairs])))
     if tail:  # this rank's tokens, every minibatch's ratio (after the earlier minibatches' updates)
         clips = [c for _, c in tail]
         out.update(rare_tail_stats(torch.cat([r for r, _ in tail]),
