@@ -4,8 +4,10 @@ Reads each run's steps.jsonl (one row per optimizer step) and prints, per run, t
 its steps of the loss's clip fraction, mean |ratio - 1| of the first minibatch (``ratio_dev``,
 staleness included), the generator-trainer mismatch of the rows of staleness 0 (docs/mismatch.md:
 k3 KL, mean |log ratio| and the fraction of ratios outside [0.5, 2], weighted by the steps' token
-counts; the steps' mean p99 |log ratio|; tokens measured per step) with the run's largest |log ratio|, the rare-token tail (tokens with pi_gen < 0.05: their count per step, the mean of
-the steps' ratio p99, the largest ratio, the share past the loss's clip), and the staleness. The last columns split the staleness by where a step sits
+counts; the steps' mean p99 |log ratio|; tokens measured per step) with the run's largest |log
+ratio|, the rare-token tail (tokens with pi_gen < 0.05: their count per step, the mean of the
+steps' ratio p99, the largest ratio, the share past the loss's clip), and the staleness. The last
+columns split the staleness by where a step sits
 relative to the evals: under ``pipeline_rl`` the generator keeps generating while the trainer
 evaluates, so the batch right after an eval can be older than the others, which is how denser
 evals could change a run's training (docs/findings.md).

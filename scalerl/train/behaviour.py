@@ -24,7 +24,6 @@ from typing import Optional
 import torch
 
 
-
 @dataclass
 class Behaviour:
     old_logp: torch.Tensor

@@ -121,7 +121,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         announce(run_dir, f"starting {plan.interleaving.generators} generator process(es)", main=dist.main)
     sched.start(state["step"])  # every generator gets the resumed weights, or the start's as version 0
     # The mismatch one version back (docs/mismatch.md): one rank, unsharded only.
-    lagged = LaggedWeights(r.params, t.mismatch_groups) if t.mismatch_groups and dist.world == 1 and dist.mesh is None else None
+    one_rank = dist.world == 1 and dist.mesh is None
+    lagged = LaggedWeights(r.params, t.mismatch_groups) if t.mismatch_groups and one_rank else None
     progress.extra = {"generator_pids": sched.pids}
     try:
         # -------------------------------------------------------- step-0 eval
