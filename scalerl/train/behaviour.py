@@ -43,10 +43,13 @@ def fresh_tokens(ro, rows: torch.Tensor, version: Optional[int]) -> torch.Tensor
     prefill included, and its log-prob differs from the trainer's recompute for a reason that is not
     numerics. So only whole rows whose every sampled token is of ``version`` count."""
     sampled = ro.gen.sampled[rows]
-    if version is None:
-        return sampled
-    whole = ((ro.gen.version[rows] == version) | ~sampled).all(dim=1, keepdim=True)  # (n, 1)
-    return sampled & whole
+    return sampled if version is None else sampled & sampled_wholly_by(ro, rows, version)[:, None]
+
+
+def sampled_wholly_by(ro, rows: torch.Tensor, version: int) -> torch.Tensor:
+    """(n,) bool: the ``rows`` with a sampled token whose every sampled token is of ``version``."""
+    sampled = ro.gen.sampled[rows]
+    return ((ro.gen.version[rows] == version) | ~sampled).all(dim=1) & sampled.any(dim=1)
 
 
 @torch.no_grad()
@@ -69,6 +72,11 @@ def behaviour_logprobs(trainer, ro, chunks: list[tuple[list[int], torch.Tensor]]
     metrics = {k: float(v) for k, v in m.items()}
     metrics["correction_forward_s"] = time.perf_counter() - t0
     return Behaviour(old_logp=old, weight=weight.detach(), metrics=metrics)
+
+
+def group_rows(groups: list[int], group: int, device) -> torch.Tensor:
+    """The row indices of ``groups``, each of ``group`` completions, in order."""
+    return torch.tensor([g * group + j for g in groups for j in range(group)], dtype=torch.long, device=device)
 
 
 class LaggedWeights:
@@ -107,12 +115,11 @@ class LaggedWeights:
             return None
         n_groups, group = ro.correct.shape
         sampled = ro.gen.sampled
-        whole = ((ro.gen.version == self.version) | ~sampled).all(dim=1) & sampled.any(dim=1)  # (N,)
+        whole = sampled_wholly_by(ro, torch.arange(n_groups * group, device=sampled.device), self.version)
         picked = whole.view(n_groups, group).all(dim=1).nonzero().flatten()[: self.groups].tolist()
         if not picked:
             return None
-        rows = torch.tensor([g * group + j for g in picked for j in range(group)], dtype=torch.long,
-                            device=sampled.device)
+        rows = group_rows(picked, group, sampled.device)
         x = inputs(picked, rows)
         self._swap()
         try:

@@ -31,7 +31,7 @@ import torch
 
 from scalerl.correction.mismatch import mismatch_stats
 from scalerl.losses.base import CLIPPED, masked_mean, rare_tail_stats, rare_tokens
-from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens
+from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens, group_rows
 from scalerl.train.sharding import clip_grad_norm
 
 HEAD = ("units", "finite", "tokens", "loss")
@@ -68,7 +68,7 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     chunks = []
     for chunk in minibatch_groups(keep, minibatches):
         groups = [g - mine.start for g in chunk if mine.start <= g < mine.stop]  # this rank's share, local indices
-        rows = torch.tensor([g * group + j for g in groups for j in range(group)], dtype=torch.long, device=device)
+        rows = group_rows(groups, group, device)
         chunks.append((groups, rows))
     beh = None  # a correction's π_old and weights: one extra forward before the first update (behaviour.py)
     if recipe.needs_old_logp and chunks:
