@@ -19,6 +19,7 @@ FAST = ["train.steps=1", "logger=none"]
     ("train.lr=inf", "train.lr"),
     ("loss.eps_max=nan", "loss.eps_max"),
     ("train.gpus=-1", "train.gpus"),
+    ("train.mismatch_groups=-1", "train.mismatch_groups"),
     ("+train.stepz=10", "train.stepz"),  # a typo, accepted and ignored before
     ("+loss.eps=0.2", "loss.eps"),
     ("model.warmstart.threads=0", "model.warmstart.threads"),
