@@ -209,7 +209,7 @@ def resolve_min_compute(min_compute, compute, epoch=None):
     "auto" is the paper's choice (§1: drop the first ~1.5k GPU-h, about one epoch, which
     rises almost linearly): the compute where `epoch` first reaches 1, capped at 25% of
     the run so a long first epoch cannot eat the curve; 10% of the run without epochs.
-    Fractions are of the last compute the fitter sees.
+    Fractions are of the run's last compute, also when a fit stops earlier (fit_until).
     """
     last = float(np.max(compute)) if np.size(compute) else 0.0
     if min_compute is None:
@@ -343,12 +343,15 @@ def prepare_curve(compute, reward, options: FitOptions = FitOptions(), *, epoch=
         flags.append("r0_from_first_point")
     else:
         raise CurveError("too_few_points", "no finite points")
-    if options.fit_until is not None:
-        keep = C <= options.fit_until
-        C, R, E = C[keep], R[keep], None if E is None else E[keep]
+    # The threshold is the run's, resolved before the cut at fit_until: the early rise it drops does
+    # not move with where a fit stops (paper §1 drops the first 1.5k GPU-h, an amount of compute,
+    # whether it fits to 50k or to 100k). Resolved on the fitted points only, a half-compute fit kept
+    # twice the full fit's share of the early rise, and read it as a slower sigmoid with a higher A.
     positive = C > 0
     threshold = resolve_min_compute(options.min_compute, C[positive], None if E is None else E[positive])
     keep = positive & (C >= threshold * (1 - 1e-12))      # an eval at the threshold stays in
+    if options.fit_until is not None:
+        keep &= C <= options.fit_until
     return Curve(C[keep], R[keep], R0, r0_source, threshold, n_dropped, tuple(flags))
 
 
