@@ -48,7 +48,7 @@ print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', tr
 
 # ------------------------------------------------------------------ 2. the GPU tests
 log "tests/gpu"
-timeout "${GPU_TESTS_TIMEOUT:-240}" python -m pytest -q -rs -s -p no:cacheprovider tests/gpu --junitxml="$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log"
+timeout "${GPU_TESTS_TIMEOUT:-240}" python -m pytest -q -rs -s -o addopts="" -p no:cacheprovider tests/gpu --junitxml="$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 
 # ------------------------------------------------------------------ 3. the entry point on CUDA

@@ -50,7 +50,7 @@ PY
 log "$reason"
 
 log "1. tests/test_vllm.py tests/test_vllm_pipeline.py"
-timeout 600 python -m pytest -q -rs -s -p no:cacheprovider tests/test_vllm.py tests/test_vllm_pipeline.py -k "not end_to_end and not nccl" \
+timeout 600 python -m pytest -q -rs -s -o addopts="" -p no:cacheprovider tests/test_vllm.py tests/test_vllm_pipeline.py -k "not end_to_end and not nccl" \
   --junitxml="$out/vllm_tests.xml" > "$out/vllm_tests.log" 2>&1
 tests_rc=$?
 grep -E "dlogp|passed|failed" "$out/vllm_tests.log" | grep -v "^(" | tail -n 12
@@ -79,7 +79,7 @@ gpus=$(python -c "import torch; print(torch.cuda.device_count())")
 nccl_rc=0
 if [ "$gpus" -ge 2 ]; then
   log "4. vLLM's nccl data plane: tests, then 6 steps of async=pipeline_rl generation.weight_transfer=nccl"
-  timeout 600 python -m pytest -q -rs -s -p no:cacheprovider tests/test_vllm_nccl.py tests/test_vllm_pipeline.py -k "nccl" \
+  timeout 600 python -m pytest -q -rs -s -o addopts="" -p no:cacheprovider tests/test_vllm_nccl.py tests/test_vllm_pipeline.py -k "nccl" \
     --junitxml="$out/vllm_nccl_tests.xml" > "$out/vllm_nccl_tests.log" 2>&1
   nccl_rc=$?
   grep -E "nccl plane|passed|failed|SKIPPED" "$out/vllm_nccl_tests.log" | tail -n 6
