@@ -93,7 +93,6 @@ def test_threshold_and_fit_until_select_points():
     assert curve.threshold == 300.0
 
 
-
 @pytest.mark.parametrize("min_compute, first", [("auto", 100.0), ("30%", 300.0)])
 def test_a_fit_that_stops_early_drops_the_runs_early_rise_not_a_share_of_its_own(min_compute, first):
     # The run reaches 1000: "auto" (10% without epochs) and "30%" are of 1000, also for a fit that
@@ -104,9 +103,9 @@ def test_a_fit_that_stops_early_drops_the_runs_early_rise_not_a_share_of_its_own
     half = prepare_curve(C, R, FitOptions(min_compute=min_compute, fit_until=500.0))
     assert full.threshold == half.threshold == pytest.approx(first)
     np.testing.assert_array_equal(half.x, np.arange(first, 501.0, 100.0))
-    # with epochs, the first epoch's end is the run's, not cut short by the horizon
-    epoch = C / 250.0                                 # epoch 1 at 250: the first eval past it is 300
-    assert prepare_curve(C, R, FitOptions(fit_until=500.0), epoch=epoch).threshold == pytest.approx(250.0)
+    # with epochs: the first eval of epoch 1 (200), capped at 25% of the run (250), not of the fit (125)
+    epoch = C / 200.0
+    assert prepare_curve(C, R, FitOptions(fit_until=500.0), epoch=epoch).threshold == pytest.approx(200.0)
 
 def test_r0_sources():
     C, R = exact_curve()
