@@ -107,6 +107,7 @@ def test_a_fit_that_stops_early_drops_the_runs_early_rise_not_a_share_of_its_own
     epoch = C / 200.0
     assert prepare_curve(C, R, FitOptions(fit_until=500.0), epoch=epoch).threshold == pytest.approx(200.0)
 
+
 def test_r0_sources():
     C, R = exact_curve()
     assert fit_sigmoid(C, R, FitOptions(r0=0.25, n_boot=0)).R0 == 0.25
