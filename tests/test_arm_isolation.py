@@ -55,7 +55,8 @@ def test_a_killed_arm_fails_alone_and_a_relaunch_finishes_it(tmp_path):
         wait_for(both_training, timeout=300, what="both arms past step 1", proc=proc, detail=log.read_text)
         victim, sibling = dirs()["loss=cispo"], dirs()["loss=dapo"]
         pid = _json(victim / "progress.json")["pid"]
-        assert _parent_of(pid) == proc.pid          # the arm's own process, a child of the sweep
+        # The arm's own process, forked by the sweep's forkserver (a child of the sweep), not a pool worker.
+        assert _parent_of(_parent_of(pid)) == proc.pid
         assert _json(sibling / "progress.json").get("step", 0) < STEPS, "the sibling finished before the kill"
         os.kill(pid, signal.SIGKILL)
         assert proc.wait(timeout=300) == 1, log.read_text()[-3000:]   # one arm failed: exit 1
