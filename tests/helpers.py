@@ -93,10 +93,9 @@ class ForkedCli:
     run a dozen times). Start it before any torch op runs in the server: it only imports."""
 
     def __init__(self):
-        import multiprocessing as mp
+        from scalerl.launch.local_pool import arm_context  # the server a sweep forks its arms from
 
-        self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["scalerl.launch.app", "scalerl.train.loop"])
+        self.ctx = arm_context()
 
     def start(self, args: list[str], out_root: Path, log: Path, failpoint: str | None = None):
         env = {"SCALERL_OUTPUT": str(out_root), "SCALERL_NO_BAR": "1"}

@@ -55,12 +55,12 @@ from scalerl.launch.rundir import sweep_run_dir
 from scalerl.registry import async_node
 
 ARM_PRELOAD = ["scalerl.launch.app", "scalerl.train.loop"]  # what the forkserver imports once per sweep
-PARENT_POLL_S = 1.0
+SWEEP_POLL_S = 1.0
 STOP_WAIT_S = 120.0  # after Ctrl-C, how long the arms get to checkpoint before they are terminated
 EXIT_WAIT_S = 60.0   # how long an arm's process may linger after it sent its result
 
 
-def _die_with_parent(conn, replied: threading.Event) -> None:
+def _die_with_sweep(conn, replied: threading.Event) -> None:
     """SIGTERM this arm's process once its sweep process is gone: the arm then checkpoints and
     stops, as on Ctrl-C.
 
@@ -75,19 +75,19 @@ def _die_with_parent(conn, replied: threading.Event) -> None:
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLERR)
         gone = select.POLLERR | select.POLLHUP | select.POLLNVAL  # NVAL: the arm closed it after replying
-        while not any(ev & gone for _, ev in poller.poll(PARENT_POLL_S * 1000)):
+        while not any(ev & gone for _, ev in poller.poll(SWEEP_POLL_S * 1000)):
             pass
         if not replied.is_set():
             os.kill(os.getpid(), signal.SIGTERM)
 
-    threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="scalerl-sweep-watch", daemon=True).start()
 
 
 def _arm_process(blob: bytes, conn) -> None:
     """Target of an arm's process: watch the sweep from the first moment, run the arm, send
     its pickled JobReturn back (or why it could not run), and exit."""
     replied = threading.Event()
-    _die_with_parent(conn, replied)
+    _die_with_sweep(conn, replied)
     try:
         reply = (True, _child(blob))
     except BaseException as e:  # noqa: BLE001 - any failure is the arm's alone, reported to the parent
