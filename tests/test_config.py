@@ -156,7 +156,11 @@ def test_unknown_option_fails_at_compose():
 
 
 EXPECTED_ARMS = {"loss": 4, "loo": 9, "recipes": 5, "batch": 5, "length": 3, "precision": 5, "filter": 4, "seeds": 3,
-                 "async": 5}
+                 "async": 5, "correction": 4, "generations": 3, "budget": 3, "model_size": 3}
+
+
+def test_every_shipped_study_is_checked_below():
+    assert sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml")) == sorted(EXPECTED_ARMS)
 
 
 @pytest.mark.parametrize("study", sorted(EXPECTED_ARMS))
