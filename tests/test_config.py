@@ -155,7 +155,7 @@ def test_unknown_option_fails_at_compose():
     assert err.key == "loss" and "cispo" in str(err) and "'foo'" in str(err)
 
 
-EXPECTED_ARMS = {"loss": 4, "loo": 9, "recipes": 5, "batch": 5, "length": 3, "precision": 5, "filter": 4, "seeds": 3,
+EXPECTED_ARMS = {"loss": 4, "loo": 9, "recipes": 5, "batch": 6, "length": 3, "precision": 5, "filter": 4, "seeds": 3,
                  "async": 5, "correction": 4, "generations": 3, "budget": 3, "model_size": 3}
 
 
