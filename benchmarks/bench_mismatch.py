@@ -2,6 +2,7 @@
 serving engine holds them (``precision.generator_body=engine``, docs/mismatch.md).
 
     python benchmarks/bench_mismatch.py [--qwen] [--prompts 16] [--samples 4] [--new-tokens 24]
+    python benchmarks/bench_mismatch.py --qwen --qwen-prompts 16 --qwen-new-tokens 16   # a larger Qwen-shape sample
 
 For each option of the ``precision`` axis: the generator (its own copy of the weights, bf16-rounded,
 its own head) samples ``--samples`` completions of ``--prompts`` prompts, then the trainer (fp32 body,
@@ -112,6 +113,8 @@ def report(name: str, results: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--qwen", action="store_true", help="also a random model of Qwen2-0.5B's shape")
+    ap.add_argument("--qwen-prompts", type=int, default=4, help="its random prompts (2 samples of each)")
+    ap.add_argument("--qwen-new-tokens", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=24)
@@ -138,9 +141,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             qckpt = qwen_shape_checkpoint(Path(d))
             g = torch.Generator().manual_seed(1)
-            prompts = [torch.randint(2, 151936, (16,), generator=g).tolist() for _ in range(4)]
-            report("random Qwen2-0.5B shape, 4 prompts x 2, 8 new tokens, temperature 1",
-                   {label: measure(qckpt, prompts, option=o, settings=s, samples=2, new_tokens=8, temperature=1.0,
+            prompts = [torch.randint(2, 151936, (16,), generator=g).tolist() for _ in range(args.qwen_prompts)]
+            report(f"random Qwen2-0.5B shape, {args.qwen_prompts} prompts x 2, {args.qwen_new_tokens} new tokens,"
+                   " temperature 1",
+                   {label: measure(qckpt, prompts, option=o, settings=s, samples=2, new_tokens=args.qwen_new_tokens,
+                                   temperature=1.0,
                                    eos=1, pad=1, attn="eager") for label, (o, s) in OPTIONS.items()})
 
 
