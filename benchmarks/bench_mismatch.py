@@ -145,8 +145,7 @@ def main() -> None:
             report(f"random Qwen2-0.5B shape, {args.qwen_prompts} prompts x 2, {args.qwen_new_tokens} new tokens,"
                    " temperature 1",
                    {label: measure(qckpt, prompts, option=o, settings=s, samples=2, new_tokens=args.qwen_new_tokens,
-                                   temperature=1.0,
-                                   eos=1, pad=1, attn="eager") for label, (o, s) in OPTIONS.items()})
+                                   temperature=1.0, eos=1, pad=1, attn="eager") for label, (o, s) in OPTIONS.items()})
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from scalerl.config import ConfigError, as_config_error, compose, validate
 from scalerl.config.derive import derive
 from scalerl.config.groups import OPTION_GROUPS, PRESET_GROUPS
+from scalerl.core.paths import sweeps_dir
 from scalerl.launch.studies import load_study
 from scalerl.registry import AXES
 
@@ -160,7 +161,7 @@ EXPECTED_ARMS = {"loss": 4, "loo": 9, "recipes": 5, "batch": 6, "length": 3, "pr
 
 
 def test_every_shipped_study_is_checked_below():
-    assert sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml")) == sorted(EXPECTED_ARMS)
+    assert sorted(p.stem for p in sweeps_dir().glob("*.yaml")) == sorted(EXPECTED_ARMS)
 
 
 @pytest.mark.parametrize("study", sorted(EXPECTED_ARMS))
