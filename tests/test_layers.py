@@ -1,6 +1,6 @@
 """The architecture, checked: imports go one way through the layers, the Hydra
 plugins and the command line's config path load no heavy library, and the
-development tools stay out of the runtime."""
+test gear stays out of the runtime package (and the local SLURM cluster needs only the stdlib)."""
 from __future__ import annotations
 
 import ast
@@ -65,14 +65,14 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
 def runtime_modules():
     for path in sorted((REPO / "scalerl").rglob("*.py")):
         name = module_name(path)
-        if unit(name) not in (None, "devtools"):
+        if unit(name) is not None:
             yield path, name
 
 
 def test_every_package_has_a_layer():
     packages = {p.name if p.is_dir() else p.stem for p in (REPO / "scalerl").iterdir()
                 if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
-    assert packages - {"devtools"} == set(RANK)
+    assert packages == set(RANK)
 
 
 @pytest.mark.parametrize("path,name", list(runtime_modules()), ids=lambda x: x if isinstance(x, str) else "")
@@ -83,7 +83,7 @@ def test_imports_go_down_the_layers(path, name):
         other = unit(target)
         if other is None or other == me:
             continue
-        if other == "devtools" or other not in RANK:
+        if other not in RANK:
             bad.append(f"{path.name}:{line} imports {target} (not a runtime layer)")
         elif RANK[other] >= RANK[me]:
             bad.append(f"{path.name}:{line} imports {target}: layer {other} is not below {me}")
@@ -197,10 +197,14 @@ def test_no_import_circle_anywhere_under_scalerl():
     assert cycles(import_graph()) == []
 
 
-def test_devtools_import_nothing_of_the_runtime():
-    for path in (REPO / "scalerl" / "devtools").rglob("*.py"):
+def test_the_local_cluster_needs_only_the_standard_library():
+    # .ci/run starts it with the system's python3 before anything is pip-installed.
+    paths = sorted((REPO / "tests" / "local_slurm").rglob("*.py"))
+    assert len(paths) >= 5
+    for path in paths:
         for target, line, _ in imports(path):
-            assert unit(target) in (None, "devtools"), f"{path}:{line} imports {target}"
+            top = target.split(".")[0]
+            assert top in sys.stdlib_module_names or top == "local_slurm", f"{path}:{line} imports {target}"
 
 
 def test_analysis_knows_nothing_of_scalerl_or_torch():
