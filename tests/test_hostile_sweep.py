@@ -81,6 +81,7 @@ CASES = {  # name -> (arguments, environment, what the one line must say)
     # loss (4 arms) x seeds (3) x 2 learning rates = 24
     "two studies and a list past the cap": ([*D, "sweep=[loss,seeds]", "train.lr=1e-3,2e-3", "hydra.sweeper.max_arms=23"],
                                             {}, "would make 24 arms"),
+    "studies as a comma list": ([*D, "sweep=loss,seeds"], {}, "sweep: `sweep=loss,seeds` is a sweep over studies"),
     "max_arms=0": ([*D, "hydra.sweeper.max_arms=0"], {}, "hydra.sweeper.max_arms: must be a whole number"),
     "max_arms=true": ([*D, "hydra.sweeper.max_arms=true"], {}, "hydra.sweeper.max_arms: must be a whole number"),
 }
@@ -164,6 +165,16 @@ def test_a_study_file_cannot_reach_hydra_and_nothing_runs(tmp_path, route, dry):
     proc = run_cli(args, out_root, extra_env={"PYTHONPATH": f"{REPO}:{mods}"}, check=False, timeout=300)
     _one_line_refusal(proc, f"sweep: study file '{study}' sets {key}: a study sets recipe keys only", out_root)
     assert not marker.exists(), marker.read_text()
+
+
+def test_a_study_of_ten_thousand_arms_is_refused_before_building_one(tmp_path):
+    # 10^4 arms were still silent after 120 s of a dry run; 4 keys x 10 values are counted, not built
+    study = tmp_path / "huge.yaml"
+    study.write_text("grid:\n" + "".join(f"  {k}: {list(range(10))}\n" for k in ("seed", "train.lr", "train.steps", "x")))
+    out_root = tmp_path / "out"
+    proc = run_cli(["-m", "logger=none", f"sweep={study}"], out_root, check=False, timeout=120)
+    _one_line_refusal(proc, f"hydra.sweeper.max_arms: this sweep would make 10,000 arms (study {study} gives 10,000)",
+                      out_root)
 
 
 def test_the_hydra_routes_work_from_the_command_line(tmp_path):

@@ -84,6 +84,8 @@ def expand_arms(arguments: list[str], config_loader, max_arms: int = MAX_ARMS) -
     rest = []
     for o in parser.parse_overrides(list(arguments)):
         if o.get_key_element() == "sweep":
+            check(not o.is_sweep_override(), "sweep", f"`{o.input_line}` is a sweep over studies; studies are crossed "
+                  "as a list: sweep=[loss,seeds]")
             value = o.value()
             study_names += [str(v) for v in (value if isinstance(value, list) else [value])] if value else []
         else:
