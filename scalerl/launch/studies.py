@@ -4,6 +4,11 @@ A study lists only what it varies, as a Cartesian ``grid`` and/or an explicit
 list of ``arms`` (override sets, e.g. the leave-one-out study, which is not a
 product). ``sweep=[loss,seeds]`` crosses several files. Command-line
 overrides are crossed with the study's arms and win on conflicts.
+
+A study file is data (docs/studies.md): it sets recipe keys only, never
+``hydra.*``, and is read in full and checked (size, nesting, duplicate keys,
+shape, keys) before any arm is built; ``study_size`` counts its arms without
+expanding them, for the sweep's cap (``scalerl.launch.expansion``).
 """
 from __future__ import annotations
 
