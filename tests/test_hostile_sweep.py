@@ -39,6 +39,8 @@ STUDIES = {  # study file text -> the entry its one line must name
     "arms:\n  - name: a\n    name: b\n    overrides: [loss=dapo]\n": "line 3 gives the key `name` twice",
     "grid: {sweep: [loss, seeds]}\n": "sets sweep: a study cannot include another study",  # 2 identical arms
     "arms: [{overrides: [sweep=loo]}]\n": "sets sweep: a study cannot include another study",  # 1 default arm
+    "grid: {seed: ['range(0,1000000)']}\n": "`grid.seed` holds 'seed=range(0,1000000)', a sweep over values",
+    "arms: [{overrides: ['loss=cispo,dapo']}]\n": "`arms[0].overrides` holds 'loss=cispo,dapo', a sweep over values",
     "grid: {hydra.sweeper._target_: [x]}\n": "sets hydra.sweeper._target_: a study sets recipe keys only",
     "grid:\n  loss: " + "[" * 5000 + "x" + "]" * 5000 + "\n": "line 2 nests mappings and lists more than 8 deep",
     "grid: " + "{a: " * 5000 + "x" + "}" * 5000 + "\n": "line 1 nests mappings and lists more than 8 deep",

@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from scalerl.core.bounded import BoundedReadError, read_bounded
 from scalerl.core.errors import ConfigError
@@ -152,12 +153,26 @@ def read_spec(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("sweep", f"cannot read study file {str(path)!r}: {e}") from None
     _check_shape(spec, str(path))
-    keys = [str(k) for k in spec.get("grid") or {}]
-    for arm in spec.get("arms") or []:
-        keys += arm.get("overrides") or []
-    for key in keys:
-        _check_key(key, str(path))
+    entries = {f"grid.{k}": [f"{k}={_value(v)}" for v in _grid_values(vs)] for k, vs in (spec.get("grid") or {}).items()}
+    entries.update({f"arms[{i}].overrides": arm.get("overrides") or [] for i, arm in enumerate(spec.get("arms") or [])})
+    parser = OverridesParser.create()
+    for where, overrides in entries.items():
+        for override in overrides:
+            _check_key(override, str(path))
+            _check_not_a_sweep(parser, override, where, str(path))
     return spec
+
+
+def _check_not_a_sweep(parser, override: str, where: str, path: str) -> None:
+    """An arm is one config: a comma list or ``range()`` in a study would reach the arm as Hydra's
+    sweep syntax, refused late under the key ``overrides``; a study lists its values in ``grid``."""
+    try:
+        parsed = parser.parse_override(override)
+    except Exception:  # bad syntax: composing the arm refuses it, naming the arm
+        return
+    if parsed.is_sweep_override():
+        raise ConfigError("sweep", f"study file {path!r}: `{where}` holds {override!r}, a sweep over values; an arm "
+                          "is one config", "list the values in the grid: grid: {key: [a, b]}")
 
 
 def _check_key(override: str, path: str) -> None:
