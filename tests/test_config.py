@@ -11,7 +11,7 @@ from scalerl.config import ConfigError, as_config_error, compose, validate
 from scalerl.config.derive import derive
 from scalerl.config.groups import OPTION_GROUPS, PRESET_GROUPS
 from scalerl.core.paths import sweeps_dir
-from scalerl.launch.studies import load_study
+from scalerl.launch.studies import find_study, load_study, read_spec, study_size
 from scalerl.registry import AXES
 
 
@@ -168,6 +168,7 @@ def test_every_shipped_study_is_checked_below():
 def test_every_study_expands_and_validates(study):
     name, arms = load_study([study])
     assert name == study and len(arms) == EXPECTED_ARMS[study]
+    assert study_size(read_spec(find_study(study))) == len(arms)   # the count the arm cap checks, before expanding
     assert len({tuple(a) for a in arms}) == len(arms)
     hashes = set()
     for arm in arms:

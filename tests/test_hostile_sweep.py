@@ -15,8 +15,9 @@ from scalerl.config.compose import as_config_error
 from scalerl.config.resources import GiB, Machine, Shape, check_resources, estimate, model_shape
 from scalerl.core.bounded import BoundedReadError, read_bounded
 from scalerl.core.errors import ConfigError
+from scalerl.launch.expansion import Progress, check_size
 from scalerl.launch.precheck import check_command_line
-from scalerl.launch.studies import read_spec
+from scalerl.launch.studies import expand_spec, read_spec, study_size
 from tests.helpers import REPO, run_cli
 
 D = ["--dry-run", "logger=none"]
@@ -30,6 +31,20 @@ STUDIES = {  # study file text -> the entry its one line must name
     'arms: [{overrides: "loss=dapo"}]\n': "`arms[0].overrides` must be a list",
     "grid: {+hydra.sweep.dir: [a, b]}\n": "sets hydra.sweep.dir",
     "grid: {loss: []}\n": "`grid.loss` is an empty list",
+    "arms: []\n": "`arms` is an empty list",                      # was one arm of the defaults
+    "grid: {}\n": "has no arms",
+    "# nothing\n": "has no arms",
+    "grid: {loss: [[cispo, dapo]]}\n": "`grid.loss` holds ['cispo', 'dapo']",
+    "grid:\n  loss: [cispo]\n  loss: [dapo]\n": "line 3 gives the key `loss` twice",  # the last one won
+    "arms:\n  - name: a\n    name: b\n    overrides: [loss=dapo]\n": "line 3 gives the key `name` twice",
+    "grid: {sweep: [loss, seeds]}\n": "sets sweep: a study cannot include another study",  # 2 identical arms
+    "arms: [{overrides: [sweep=loo]}]\n": "sets sweep: a study cannot include another study",  # 1 default arm
+    "grid: {seed: ['range(0,1000000)']}\n": "`grid.seed` holds 'seed=range(0,1000000)', a sweep over values",
+    "arms: [{overrides: ['loss=cispo,dapo']}]\n": "`arms[0].overrides` holds 'loss=cispo,dapo', a sweep over values",
+    "grid: {hydra.sweeper._target_: [x]}\n": "sets hydra.sweeper._target_: a study sets recipe keys only",
+    "grid:\n  loss: " + "[" * 5000 + "x" + "]" * 5000 + "\n": "line 2 nests mappings and lists more than 8 deep",
+    "grid: " + "{a: " * 5000 + "x" + "}" * 5000 + "\n": "line 1 nests mappings and lists more than 8 deep",
+    "".join(" " * i + f"k{i}:\n" for i in range(1000)): "line 9 nests mappings and lists more than 8 deep",
 }
 
 CASES = {  # name -> (arguments, environment, what the one line must say)
@@ -52,6 +67,25 @@ CASES = {  # name -> (arguments, environment, what the one line must say)
     "100000 generations": ([*D, "batch.generations=100000"], {}, "batch.generations: one arm needs"),
     "1000 threads per arm": ([*D, "hydra.launcher.threads_per_arm=1000"], {}, "hydra.launcher.threads_per_arm: 1000"),
     "1000 torch threads": ([*D, "train.threads=1000"], {}, "train.threads: 1000"),
+    # An override that expands to nothing made no arms, which Hydra's launcher ran as one arm of the
+    # defaults, dropping every other override (300 steps logged to W&B); the dry run is not needed to see it.
+    "an empty range": (["-m", "seed=range(0,-5)", "loss=cispo,dapo", "train.steps=5", "logger=none"], {},
+                       "seed: expands to no values"),
+    "an empty range, dry run": ([*D, "seed=range(3,3)"], {}, "seed: expands to no values"),
+    "a glob that matches no option": ([*D, "loss=glob(nothing*)"], {}, "loss: expands to no values"),
+    "a range with step 0": ([*D, "seed=range(0,5,0)"], {}, "seed: range(0, 5, 0) has a step of 0"),
+    # A million arms took ~45 h to validate; counted first, refused at once (a hang fails by timeout).
+    "a million seeds": (["-m", "seed=range(0,1000000)", "logger=none"], {},
+                        "hydra.sweeper.max_arms: this sweep would make 1,000,000 arms (`seed` gives 1,000,000)"),
+    "a million seeds, dry run": ([*D, "seed=range(0,1000000)"], {}, "would make 1,000,000 arms"),
+    "a float range past the cap": ([*D, "train.lr=range(0.0,1.0,0.0005)"], {}, "would make 2,000 arms"),
+    "3 arms, a cap of 2": ([*D, "seed=range(0,3)", "hydra.sweeper.max_arms=2"], {}, "would make 3 arms"),
+    # loss (4 arms) x seeds (3) x 2 learning rates = 24
+    "two studies and a list past the cap": ([*D, "sweep=[loss,seeds]", "train.lr=1e-3,2e-3", "hydra.sweeper.max_arms=23"],
+                                            {}, "would make 24 arms"),
+    "studies as a comma list": ([*D, "sweep=loss,seeds"], {}, "sweep: `sweep=loss,seeds` is a sweep over studies"),
+    "max_arms=0": ([*D, "hydra.sweeper.max_arms=0"], {}, "hydra.sweeper.max_arms: must be a whole number"),
+    "max_arms=true": ([*D, "hydra.sweeper.max_arms=true"], {}, "hydra.sweeper.max_arms: must be a whole number"),
 }
 
 
@@ -70,7 +104,11 @@ def test_a_hostile_value_is_one_line_naming_its_key(tmp_path, name):
     _one_line_refusal(proc, says, out_root)
 
 
-@pytest.mark.parametrize("text", sorted(STUDIES))
+def _short(text: str) -> str:
+    return text[:40].replace("\n", "|") + (f"...({len(text)} chars)" if len(text) > 40 else "")
+
+
+@pytest.mark.parametrize("text", sorted(STUDIES), ids=_short)
 def test_a_misshapen_study_is_one_line_naming_the_entry(tmp_path, text):
     study = tmp_path / "s.yaml"
     study.write_text(text)
@@ -89,6 +127,73 @@ def test_a_study_that_is_a_fifo_or_a_device_is_refused_unread(tmp_path, kind):
     _one_line_refusal(proc, "FIFO" if kind == "fifo" else "a device", out_root)
     with pytest.raises(BoundedReadError):
         read_bounded(study, 1 << 20)
+
+
+HYDRA_ROUTES = {  # how a study file could reach hydra's settings -> the key its one line must name
+    "env_set PYTHONPATH in an arm": ("arms", "+hydra.job.env_set.PYTHONPATH={site}", "hydra.job.env_set.PYTHONPATH"),
+    "env_set PYTHONPATH in the grid": ("grid", "+hydra.job.env_set.PYTHONPATH={site}", "hydra.job.env_set.PYTHONPATH"),
+    "env_set LD_PRELOAD, ++": ("arms", "++hydra.job.env_set.LD_PRELOAD={site}/x.so", "hydra.job.env_set.LD_PRELOAD"),
+    "env_set deleted": ("arms", "~hydra.job.env_set", "hydra.job.env_set"),
+    "a callback": ("arms", "+hydra.callbacks.mark._target_=scalerl_marker.Mark", "hydra.callbacks.mark._target_"),
+    "the launcher's target": ("arms", "hydra.launcher._target_=scalerl_marker.Mark", "hydra.launcher._target_"),
+    "the sweeper's target": ("arms", "hydra.sweeper._target_=scalerl_marker.Mark", "hydra.sweeper._target_"),
+    "the search path": ("arms", "hydra.searchpath=[file://{site}]", "hydra.searchpath"),
+    "a hydra group": ("arms", "hydra/launcher=submitit_local", "hydra/launcher"),
+    "a group placed in hydra": ("arms", "model@hydra.launcher=tiny", "model@hydra.launcher"),
+    "all of hydra": ("grid", "hydra", "hydra"),
+}
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("route", sorted(HYDRA_ROUTES))
+def test_a_study_file_cannot_reach_hydra_and_nothing_runs(tmp_path, route, dry):
+    # Through hydra.job.env_set.PYTHONPATH an arm's generator imported a sitecustomize.py from anywhere
+    # (the sweep exited 0). Each file a route could import writes the marker; none may be written.
+    where, override, key = HYDRA_ROUTES[route]
+    site, mods, marker = tmp_path / "site", tmp_path / "mods", tmp_path / "marker"
+    site.mkdir(), mods.mkdir()
+    plant = f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+    (site / "sitecustomize.py").write_text(plant)
+    (mods / "scalerl_marker.py").write_text(plant + "class Mark:\n    def __init__(self, *a, **k): pass\n")
+    override = override.format(site=site)
+    study = tmp_path / "hostile.yaml"
+    if where == "arms":
+        study.write_text(f"arms:\n  - overrides: [{json.dumps(override)}, train.steps=2]\n")
+    else:
+        k, _, v = override.partition("=")
+        study.write_text(f"grid:\n  {json.dumps(k)}: [{json.dumps(v or 'x')}]\n  train.steps: 2\n")
+    out_root = tmp_path / "out"
+    args = ["-m", "logger=none", f"sweep={study}", *(["--dry-run"] if dry else [])]
+    proc = run_cli(args, out_root, extra_env={"PYTHONPATH": f"{REPO}:{mods}"}, check=False, timeout=300)
+    _one_line_refusal(proc, f"sweep: study file '{study}' sets {key}: a study sets recipe keys only", out_root)
+    assert not marker.exists(), marker.read_text()
+
+
+def test_a_study_of_ten_thousand_arms_is_refused_before_building_one(tmp_path):
+    # 10^4 arms were still silent after 120 s of a dry run; 4 keys x 10 values are counted, not built
+    study = tmp_path / "huge.yaml"
+    study.write_text("grid:\n" + "".join(f"  {k}: {list(range(10))}\n" for k in ("seed", "train.lr", "train.steps", "x")))
+    out_root = tmp_path / "out"
+    proc = run_cli(["-m", "logger=none", f"sweep={study}"], out_root, check=False, timeout=120)
+    _one_line_refusal(proc, f"hydra.sweeper.max_arms: this sweep would make 10,000 arms (study {study} gives 10,000)",
+                      out_root)
+
+
+def test_the_hydra_routes_work_from_the_command_line(tmp_path):
+    # The same keys are the user's own to give: only a study file is refused them.
+    proc = run_cli([*D, "seed=1,2", "+hydra.job.env_set.SCALERL_X=1", "hydra.sweeper.max_arms=2"], tmp_path / "out",
+                   timeout=120)
+    assert proc.stdout.count("pending") == 2
+
+
+def test_a_long_dry_run_shows_its_progress(tmp_path):
+    # 40 arms take ~7 s to validate on an idle laptop core (more under load): past the first 3 s,
+    # a line every 5 s (100 arms were silent for 17.5 s before).
+    proc = run_cli([*D, "seed=range(0,40)"], tmp_path / "out", timeout=600)
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("[scalerl] validated ")]
+    assert progress and all(line.endswith("/40 arms") for line in progress), proc.stdout[-2000:]
+    done = [int(line.split()[2].split("/")[0]) for line in progress]
+    assert done == sorted(done) and 0 < done[0] and done[-1] < 40 and proc.stdout.count("pending") == 40
 
 
 def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):  # a 50-line traceback before
@@ -208,3 +313,39 @@ def test_study_shapes_in_process(tmp_path):
         with pytest.raises(ConfigError) as e:
             read_spec(bad)
         assert e.value.key == "sweep" and says in str(e.value)
+
+
+def test_progress_waits_then_prints_every_interval():
+    now, lines = [0.0], []
+
+    class Out:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    p = Progress(10, after_s=3.0, every_s=5.0, clock=lambda: now[0], out=Out())
+    for done, t in enumerate([0.0, 1.0, 2.9, 3.0, 4.0, 7.9, 8.0, 12.0, 13.5, 20.0]):
+        now[0] = t
+        p.tick(done)
+    now[0] = 30.0
+    p.tick(10)                       # all done: the table follows, no progress line
+    # 3.0 reaches the first threshold (arm 3), then 8.0 (>= 3.0 + 5, arm 6), 13.5 (>= 8.0 + 5, arm 8)
+    # and 20.0 (>= 13.5 + 5, arm 9)
+    assert "".join(lines).split("\n")[:-1] == [f"[scalerl] validated {i}/10 arms" for i in (3, 6, 8, 9)]
+
+
+def test_sizes_are_counted_without_expanding(tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text("grid:\n  loss: [cispo, dapo, gspo]\n  seed: [0, 1]\n  train.lr: 1e-3\n"
+                     "arms:\n  - overrides: [filter=none]\n  - overrides: [filter=zero_variance]\n")
+    spec = read_spec(study)
+    assert study_size(spec) == 3 * 2 * 1 * 2 == len(expand_spec(spec))
+    assert check_size({"seed": 5, "loss": 2}, [("s", 12)], max_arms=120) == 120
+    with pytest.raises(ConfigError) as e:
+        check_size({"seed": 5, "loss": 2}, [("s", 12)], max_arms=119)
+    assert e.value.key == "hydra.sweeper.max_arms" and "(study s gives 12)" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        check_size({"seed": 0, "loss": 2}, [], max_arms=1000)
+    assert e.value.key == "seed"

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 ACTIONS = ("run", "status", "dry-run")
 
 
-def check_sweeper_settings(action, poll_s) -> None:
+def check_sweeper_settings(action, poll_s, max_arms=1) -> None:
     """The settings every scalerl sweeper reads at once: a ConfigError naming the key (Hydra wraps it in
     an InstantiationException; the entry point unwraps it). ``poll_s`` <= 0 or NaN busy-loops the
     sweep's parent process (the early-stop watcher waits that long between checks)."""
@@ -23,12 +23,16 @@ def check_sweeper_settings(action, poll_s) -> None:
     if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not 0 < poll_s < float("inf"):
         raise ConfigError("hydra.sweeper.poll_s", f"must be a number of seconds > 0, got {poll_s!r}",
                           "set hydra.sweeper.poll_s=5 (the default)")
+    if isinstance(max_arms, bool) or not isinstance(max_arms, int) or max_arms < 1:
+        raise ConfigError("hydra.sweeper.max_arms", f"must be a whole number of arms >= 1, got {max_arms!r}",
+                          "set hydra.sweeper.max_arms=1000 (the default)")
 
 
 class ScalerlSweeper(Sweeper):
     def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: Optional[int] = None,
-                 reuse: bool = True, early_stop: bool = False, stop_rule: Optional[dict] = None, poll_s: float = 5.0):
-        check_sweeper_settings(action, poll_s)
+                 reuse: bool = True, early_stop: bool = False, stop_rule: Optional[dict] = None, poll_s: float = 5.0,
+                 max_arms: int = 1000):
+        check_sweeper_settings(action, poll_s, max_arms)
         self.action = action
         self.leaderboard = leaderboard
         self.n_boot = n_boot        # None: the analysis default, the same as `python -m analysis fit`
@@ -36,6 +40,7 @@ class ScalerlSweeper(Sweeper):
         self.early_stop = early_stop  # see scalerl.launch.early_stop
         self.stop_rule = dict(stop_rule or {})
         self.poll_s = poll_s
+        self.max_arms = max_arms    # a sweep past it is refused before any arm is built (launch/expansion.py)
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None

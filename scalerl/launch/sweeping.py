@@ -40,7 +40,8 @@ from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import early_stop, rundir
 from scalerl.launch.jobs import check_launcher, launcher_world_size
 from scalerl.launch.sweep_summary import sweep_wandb, write_leaderboard
-from scalerl.launch.studies import load_study, merge
+from scalerl.launch.expansion import MAX_ARMS, Progress, check_size, sweep_size
+from scalerl.launch.studies import expand_studies, merge, read_studies, study_size
 
 LAUNCH_STATES = ("pending", "interrupted", "failed")
 LIVE_STATES = ("running", "queued")
@@ -75,20 +76,25 @@ class Arm:
         return self.reused_from if self.reused_from is not None and not self.run_dir.exists() else self.run_dir
 
 
-def expand_arms(arguments: list[str], config_loader) -> tuple[str | None, list[list[str]]]:
-    """Command-line overrides (+ study files) -> (study name, override sets)."""
+def expand_arms(arguments: list[str], config_loader, max_arms: int = MAX_ARMS) -> tuple[str | None, list[list[str]]]:
+    """Command-line overrides (+ study files) -> (study name, override sets), counted before expanding."""
     parser = OverridesParser.create(config_loader=config_loader)
     study_names: list[str] = []
     rest = []
     for o in parser.parse_overrides(list(arguments)):
         if o.get_key_element() == "sweep":
+            check(not o.is_sweep_override(), "sweep", f"`{o.input_line}` is a sweep over studies; studies are crossed "
+                  "as a list: sweep=[loss,seeds]")
             value = o.value()
             study_names += [str(v) for v in (value if isinstance(value, list) else [value])] if value else []
         else:
             rest.append(o)
+    specs = read_studies(study_names)
+    check_size({o.get_key_element(): sweep_size(o) for o in rest},
+               [(name, study_size(spec)) for name, spec in zip(study_names, specs)], max_arms)
     cartesian = [list(x) for batch in BasicSweeper.split_arguments(rest, None) for x in batch] or [[]]
-    study, study_arms = (load_study(study_names) if study_names else (None, [[]]))
-    arms = [merge(a, c) for a in study_arms for c in cartesian]
+    study = "+".join(Path(n).stem for n in study_names) if study_names else None
+    arms = [merge(a, c) for a in expand_studies(specs) for c in cartesian]
     if any(x.split("=", 1)[0] == "study" for x in arguments):
         return study, arms
     home = rundir.default_study([Path(n).stem for n in study_names], [a for a in arguments if _key(a) != "sweep"])
@@ -114,8 +120,9 @@ def _trains_here(cfg) -> bool:
 
 
 def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: bool = True) -> list[Arm]:
-    arms = []
+    arms, progress = [], Progress(len(overrides_list))
     for overrides in overrides_list:
+        progress.tick(len(arms))
         try:
             cfg = config_loader.load_sweep_config(config, list(overrides))
             obj = validate(job_config(cfg), world_size=launcher_world_size(cfg))
@@ -225,7 +232,7 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     check_launcher(sweeper.config)
     loader = sweeper.hydra_context.config_loader
     check_launch_settings(sweeper)
-    study, overrides_list = expand_arms(arguments, loader)
+    study, overrides_list = expand_arms(arguments, loader, getattr(sweeper, "max_arms", MAX_ARMS))
     if getattr(sweeper, "early_stop", False):
         early_stop.stop_rule(sweeper.stop_rule)  # a bad setting fails here, naming its key
     arms = plan_arms(overrides_list, sweeper.config, loader, reuse=getattr(sweeper, "reuse", True))
