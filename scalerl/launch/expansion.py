@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import os
 import sys
 import time
 
@@ -59,11 +60,19 @@ def check_size(counts: dict[str, int], studies: list[tuple[str, int]], max_arms:
     return total
 
 
+PROGRESS_AFTER_ENV = "SCALERL_PROGRESS_AFTER_S"
+"""Seconds of validation before the first progress line (default 3): the tests set 0, so that
+whether a line is printed does not depend on how fast the machine validates."""
+
+
 class Progress:
     """Prints ``[scalerl] validated i/n arms`` every ``every_s`` once building the arms has taken
     ``after_s``, so a large ``--dry-run`` is not silent; nothing for one that finishes sooner."""
 
-    def __init__(self, total: int, after_s: float = 3.0, every_s: float = 5.0, clock=time.monotonic, out=None):
+    def __init__(self, total: int, after_s: float | None = None, every_s: float = 5.0, clock=time.monotonic,
+                 out=None):
+        if after_s is None:
+            after_s = float(os.environ.get(PROGRESS_AFTER_ENV, "3"))
         self.total, self.every_s, self.clock, self.out = total, every_s, clock, out
         self.next = clock() + after_s
 
