@@ -212,6 +212,13 @@ def check_launch_settings(sweeper) -> None:
         value = launcher.get(key) if key in launcher else None
         check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= least),
               f"hydra.launcher.{key}", f"must be an integer >= {least}, got {value!r}")
+    if "gpus_per_arm" in launcher:
+        value = launcher.get("gpus_per_arm")
+        check(value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+              "hydra.launcher.gpus_per_arm", f"must be auto or an integer >= 1, got {value!r}")
+    if "share_gpus" in launcher:
+        check(isinstance(launcher.get("share_gpus"), bool), "hydra.launcher.share_gpus",
+              f"must be true or false, got {launcher.get('share_gpus')!r}")
     n_boot = sweeper.n_boot  # None: the analysis default, the same as `python -m analysis fit`
     check(n_boot is None or (isinstance(n_boot, int) and not isinstance(n_boot, bool) and n_boot >= 0),
           "hydra.sweeper.n_boot", f"must be an integer >= 0 (or null for the analysis default), got {n_boot!r}")
