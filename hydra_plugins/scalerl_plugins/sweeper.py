@@ -27,7 +27,8 @@ def check_sweeper_settings(action, poll_s) -> None:
 
 class ScalerlSweeper(Sweeper):
     def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: Optional[int] = None,
-                 reuse: bool = True, early_stop: bool = False, stop_rule: Optional[dict] = None, poll_s: float = 5.0):
+                 reuse: bool = True, early_stop: bool = False, stop_rule: Optional[dict] = None, poll_s: float = 5.0,
+                 cost: Optional[dict] = None):
         check_sweeper_settings(action, poll_s)
         self.action = action
         self.leaderboard = leaderboard
@@ -36,6 +37,7 @@ class ScalerlSweeper(Sweeper):
         self.early_stop = early_stop  # see scalerl.launch.early_stop
         self.stop_rule = dict(stop_rule or {})
         self.poll_s = poll_s
+        self.cost = dict(cost or {})  # the cost estimate's throughput (scalerl/launch/cost_plan.py)
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None

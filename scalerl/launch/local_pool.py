@@ -50,6 +50,7 @@ from rich.table import Table
 from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json
 from scalerl.launch import gpus as gpu_shares
+from scalerl.launch.packing import auto_parallel
 from scalerl.launch.app import register
 from scalerl.launch.jobs import failed_return, write_launch_record
 from scalerl.launch.rundir import sweep_run_dir
@@ -127,14 +128,6 @@ def _child(blob: bytes, gpus: list[str] | None = None) -> bytes:
         print(tb, flush=True)
         ret._return_value = RuntimeError(f"{type(exc).__name__}: {exc}")
     return cloudpickle.dumps(ret)
-
-
-def auto_parallel(n_arms: int, threads_per_arm: int) -> int:
-    """Arms to run at once: one per core-slot, but when the arms barely outnumber
-    the slots (3 arms, 2 cores) run them all, so no core idles through a last
-    lone arm (1.5x instead of 2x the single-arm time)."""
-    slots = max(1, (os.cpu_count() or 1) // max(threads_per_arm, 1))
-    return n_arms if n_arms <= slots * 3 // 2 else slots
 
 
 def arm_threads(cfg, threads_per_arm: int) -> int:

@@ -105,7 +105,9 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     def evaluate_and_checkpoint() -> None:
         check_finite(r.model, dist)  # a diverged policy gets no eval row, only an error
         r.model.eval()
+        t_eval = time.perf_counter()
         ev = _heldout(plan, r, sched, state["step"])
+        ev["eval_s"] = time.perf_counter() - t_eval  # what an eval costs: the cost estimate's calibration
         r.model.train()
         failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
