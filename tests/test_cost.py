@@ -48,6 +48,10 @@ def test_a_measured_arm_costs_start_plus_steps_plus_evals():
     # compute 100 * 5e8 = 5e10; busy 50 s of steps + 40 s of evals, 1.5x slower beside others: 30 + 135
     assert cost.compute == 5e10 and cost.wall_s == pytest.approx(165.0)
     assert cost.device_hours == pytest.approx(165.0 * 2 / 3600)
+    # measured with 3 copies side by side: the sharing is in the step and eval times already
+    side = Throughput(flops_per_s=1e9, source="measured", start_s=30.0, eval_s=4.0, step_flops=5e8, copies=3)
+    assert arm_cost(SHAPE, steps=100, evals=10, prompts=3, generations=4, completion_budget=10, devices=2,
+                    throughput=side, slowdown=1.5).wall_s == pytest.approx(120.0)
 
 
 def test_an_assumed_arm_costs_its_bound_at_the_throughput():

@@ -61,6 +61,8 @@ class Throughput:
     """Measured compute per step (0: use the bound from the config)."""
     load: float = 0.0
     """The machine's load (runnable threads, 1-minute mean) when it was measured; 0 when assumed."""
+    copies: int = 0
+    """Arms measured at once (their sharing of the cores is in the numbers); 0 when assumed."""
 
 
 def assumed(devices: int, *, gpu_name: str = "", cores: int = 1, mfu: float | None = None,
@@ -117,6 +119,8 @@ def arm_cost(shape: Shape, *, steps: int, evals: int, prompts: int, generations:
         basis = "at most: every completion at its budget"
     compute = steps * per_step
     busy = compute / throughput.flops_per_s + evals * throughput.eval_s
+    if throughput.copies > 1:      # measured side by side already: the sharing is in the numbers
+        slowdown = 1.0
     return ArmCost(steps, evals, compute, basis, throughput.start_s + busy * slowdown, devices, throughput)
 
 

@@ -6,9 +6,12 @@ and the run's ``summary.json`` records it beside what the run spent (``launch/ta
 estimate's error shows on every arm.
 
 The throughput: ``hydra.sweeper.cost.calibrate=true`` runs the first arm to launch for
-``calibrate_steps`` steps on this machine (a single run in a temporary directory, its evals at
-step 0 and at the end), with the threads the local launcher would give it, and measures its
-start-up, step and eval; other arms of the same shape scale by their steps and evals. Otherwise
+``calibrate_steps`` steps on this machine (single runs in a temporary directory, their evals at
+step 0 and at the end), as many copies at once as the sweep runs arms at once, each with the threads
+the local launcher would give it, and measures start-up, step and eval; other arms of the same shape
+scale by their steps and evals. Measured one at a time, two arms of the embedded task that then ran
+side by side took 1.7x the estimate (benchmarks/RESULTS.md): what arms take from each other on a
+shared CPU is measured, not modelled. Otherwise
 an MFU assumption, printed with its number. A SLURM sweep's GPUs and a CUDA device are never
 calibrated from here (the arms run elsewhere, or the device is the arms'): the assumption names the
 GPU it took (``hydra.sweeper.cost.gpu``, default the H100).
@@ -71,35 +74,64 @@ def target(c, launcher) -> tuple[str, int, int]:
         return ("?" if gpus else ""), max(gpus, 1), int(launcher.get("cpus_per_task") or 1)
     here = local_machine()
     if c.train.device != "cpu" and cuda_devices() > 0:
-        return "?", max(1, int(c.train.gpus or 1)), here.cores
+        return cuda_name() or "?", max(1, int(c.train.gpus or 1)), here.cores
     return "", 1 + own_generators, here.cores   # the run counts a device per generator process (train/loop.py)
 
 
-def calibrate(overrides: list[str], steps: int, threads: int) -> Throughput:
-    """Run the arm for `steps` steps here and measure it; raises RuntimeError when the run fails."""
+def cuda_name() -> str:
+    """CUDA device 0's name, asked of libcuda ("" without one). Untested here: no GPU."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        device, name = ctypes.c_int(0), ctypes.create_string_buffer(128)
+        if lib.cuInit(0) or lib.cuDeviceGet(ctypes.byref(device), 0) or lib.cuDeviceGetName(name, 128, device):
+            return ""
+        return name.value.decode(errors="replace")
+    except (OSError, AttributeError):
+        return ""
+
+
+def calibrate(overrides: list[str], steps: int, threads: int, copies: int = 1) -> Throughput:
+    """Run `copies` copies of the arm at once for `steps` steps here, as the sweep will run its arms
+    side by side, and measure them: their step, eval and start-up times include the cores they share
+    with each other and with whatever else runs. Raises RuntimeError when a copy fails."""
     keep = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] not in REPLACED]
+    env = {**os.environ, "SCALERL_NUM_THREADS": str(threads), "SCALERL_NO_BAR": "1"}
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="scalerl-calibrate-") as tmp:
-        run = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "scalerl.sweep", *keep, f"train.steps={steps}", f"train.eval_every={steps}",
-               "logger=none", f"hydra.run.dir={run}"]
-        env = {**os.environ, "SCALERL_NUM_THREADS": str(threads), "SCALERL_NO_BAR": "1"}
-        load = os.getloadavg()[0]   # what already ran here: the steps measured below shared the cores with it
+        runs = [Path(tmp) / f"run{k}" for k in range(copies)]
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CALIBRATE_TIMEOUT_S)
-        elapsed = time.perf_counter() - t0
-        print(f"[scalerl] calibrated the cost on {steps} steps of one arm in {elapsed:.0f} s", flush=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"the calibration run failed ({done.returncode}): {done.stderr.strip()[-300:]}")
-        rows = [json.loads(x) for x in (run / "steps.jsonl").read_text().splitlines() if x.strip()]
-        evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    step_s = sum(r["step_time_s"] for r in rows) / len(rows)
-    eval_s = sum(e.get("eval_s", 0.0) for e in evals) / max(len(evals), 1)
-    per_step = rows[-1]["compute"] / len(rows)
-    start = max(0.0, elapsed - sum(r["step_time_s"] for r in rows) - eval_s * len(evals))
-    return Throughput(per_step / step_s, f"measured here: {steps} steps of this arm with {threads} thread(s), "
-                      f"{step_s:.2f} s a step ({per_step / step_s:.3g} FLOP/s), {eval_s:.1f} s an eval, "
-                      f"{start:.0f} s to start, at load {load:.1f}", start_s=start, eval_s=eval_s,
-                      step_flops=per_step, load=load)
+        procs = [subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *keep, f"train.steps={steps}",
+                                   f"train.eval_every={steps}", "logger=none", f"hydra.run.dir={run}"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run in runs]
+        ends, errors = [], []
+        for proc in procs:
+            try:
+                _, err = proc.communicate(timeout=max(1.0, CALIBRATE_TIMEOUT_S - (time.perf_counter() - t0)))
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    p.kill()
+                raise
+            ends.append(time.perf_counter() - t0)
+            if proc.returncode != 0:
+                errors.append(f"the calibration run failed ({proc.returncode}): {err.strip()[-300:]}")
+        print(f"[scalerl] calibrated the cost on {steps} steps of {copies} cop{'ies' if copies > 1 else 'y'} of one arm "
+              f"at once in {max(ends):.0f} s", flush=True)
+        if errors:
+            raise RuntimeError(errors[0])
+        rows = [[json.loads(x) for x in (r / "steps.jsonl").read_text().splitlines() if x.strip()] for r in runs]
+        evals = [[json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines() if x.strip()] for r in runs]
+    n_steps = sum(len(r) for r in rows)
+    step_s = sum(x["step_time_s"] for r in rows for x in r) / n_steps
+    n_evals = sum(len(e) for e in evals)
+    eval_s = sum(x.get("eval_s", 0.0) for e in evals for x in e) / max(n_evals, 1)
+    per_step = sum(r[-1]["compute"] for r in rows) / n_steps
+    start = max(0.0, sum(ends) / copies - step_s * n_steps / copies - eval_s * n_evals / copies)
+    return Throughput(per_step / step_s, f"measured here: {steps} steps of this arm, {copies} at once with {threads}"
+                      f" thread(s) each, {step_s:.2f} s a step ({per_step / step_s:.3g} FLOP/s), {eval_s:.1f} s an"
+                      f" eval, {start:.0f} s to start, at load {load:.1f}", start_s=start, eval_s=eval_s,
+                      step_flops=per_step, load=load, copies=copies)
 
 
 def own_start_s() -> float:
@@ -141,7 +173,7 @@ def estimate(arms, config, sweeper) -> tuple[list[tuple], float, float, str]:
         elif s["calibrate"] and local:
             if measured is None:
                 threads = c.train.threads or max(per_arm, 1 + int(async_node(c).generators))
-                measured = calibrate(a.overrides, s["calibrate_steps"], threads)
+                measured = calibrate(a.overrides, s["calibrate_steps"], threads, copies=workers)
             tp = measured
         else:
             tp = assumed(devices, cores=cores, mfu=s["mfu"], peak_flops=s["peak_flops"])
