@@ -103,7 +103,7 @@ class ArmCost:
                 "throughput": asdict(self.throughput)}
 
     def line(self) -> str:
-        return (f"{self.compute:.3g} FLOPs ({self.steps} steps, {self.compute_basis}), about {_duration(self.wall_s)}"
+        return (f"{self.compute:.3g} FLOPs ({self.steps} steps, {self.compute_basis}), about {duration(self.wall_s)}"
                 f" and {self.device_hours:.3g} device-hours on {self.devices} device(s)")
 
 
@@ -152,7 +152,7 @@ def sweep_wall(arm_walls: list[float], workers: int) -> float:
     return max(slots) if arm_walls else 0.0
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "an unknown time"
     if seconds < 120:

@@ -29,7 +29,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from scalerl.config import cuda_devices
-from scalerl.config.cost import ArmCost, Throughput, arm_cost, assumed, sharing, sweep_wall
+from scalerl.config.cost import Throughput, arm_cost, assumed, duration, sharing, sweep_wall
 from scalerl.config.eval_schedule import eval_steps
 from scalerl.config.resources import local_machine, model_shape
 from scalerl.core.errors import check
@@ -189,12 +189,10 @@ def estimate(arms, config, sweeper) -> tuple[list[tuple], float, float, str]:
 def print_cost(costs: list[tuple], wall: float, device_hours: float, source: str) -> None:
     if not costs:
         return
-    from scalerl.config.cost import _duration
-
-    for i, (a, k) in enumerate(costs):
+    for a, k in costs:
         print(f"[scalerl] cost of arm {a.name}: {k.line()}")
     total = sum(k.compute for _, k in costs)
-    print(f"[scalerl] cost of the sweep: {total:.3g} FLOPs, about {_duration(wall)} and {device_hours:.3g} "
+    print(f"[scalerl] cost of the sweep: {total:.3g} FLOPs, about {duration(wall)} and {device_hours:.3g} "
           f"device-hours; throughput {source}")
 
 
