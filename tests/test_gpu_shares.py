@@ -1,4 +1,4 @@
-"""Each arm of a local sweep gets its own GPUs (scalerl/launch/gpus.py, docs/studies.md).
+"""Each arm of a local sweep gets its own GPUs (scalerl/launch/gpus.py, docs/slurm.md).
 
 The assignment is a pure function, checked on hand-written device lists; then a 2-arm sweep
 through the real entry point on a faked 5-GPU box (SCALERL_GPUS: there is no GPU here) checks
@@ -61,6 +61,12 @@ def test_each_arm_process_sees_exactly_its_share(tmp_path):
     seen = sorted(json.loads((d / "derived.json").read_text())["cuda_visible_devices"]
                   for d in arms(tmp_path / "sweeps" / "gpus"))
     assert seen == ["0,1", "2,3"]
+    # the same launch recorded each arm's cost estimate beside what it spent (launch/cost_plan.py)
+    for d in arms(tmp_path / "sweeps" / "gpus"):
+        cost = json.loads((d / "summary.json").read_text())["cost"]
+        assert cost["estimated"]["steps"] == 1 and cost["estimated"]["evals"] == 2
+        assert cost["spent"]["wall_s"] > 0 and cost["spent"]["compute"] > 0
+        assert cost["spent_over_estimated"]["wall_s"] == cost["spent"]["wall_s"] / cost["estimated"]["wall_s"]
 
 
 def test_a_bad_gpus_per_arm_is_refused_before_launch(tmp_path):

@@ -1,4 +1,4 @@
-"""Which GPUs each arm of a local sweep gets, on one machine with several (docs/studies.md).
+"""Which GPUs each arm of a local sweep gets, on one machine with several (docs/slurm.md).
 
 The local launcher runs ``workers`` arms at once; each slot owns a disjoint share of the visible
 GPUs, and an arm started in a slot sees only that share in ``CUDA_VISIBLE_DEVICES`` (set in its
