@@ -209,7 +209,8 @@ def resolve_min_compute(min_compute, compute, epoch=None):
     "auto" is the paper's choice (§1: drop the first ~1.5k GPU-h, about one epoch, which
     rises almost linearly): the compute where `epoch` first reaches 1, capped at 25% of
     the run so a long first epoch cannot eat the curve; 10% of the run without epochs.
-    Fractions are of the run's last compute, also when a fit stops earlier (fit_until).
+    Fractions are of the last compute given: a fit that stops early (fit_until) passes only the
+    points it has seen, so its threshold is what a forecast made at that compute would use.
     """
     last = float(np.max(compute)) if np.size(compute) else 0.0
     if min_compute is None:
@@ -313,7 +314,7 @@ METHODS = {"closed_form": closed_form, "paper_grid": paper_grid}
 
 
 def prepare_curve(compute, reward, options: FitOptions = FitOptions(), *, epoch=None):
-    """Drop non-finite points, fix R0, cut at options.fit_until and at the compute threshold.
+    """Cut at options.fit_until, drop non-finite points, fix R0, cut at the compute threshold.
 
     R0 (paper §1: not fitted; the natural choice is the step-0 eval): options.r0 when
     given, else the eval at compute 0, else the first point (flagged r0_from_first_point).
@@ -327,6 +328,12 @@ def prepare_curve(compute, reward, options: FitOptions = FitOptions(), *, epoch=
         raise CurveError("fit_failed", f"bad input: {err}") from None
     if C.size != R.size or (E is not None and E.size != C.size):
         raise CurveError("fit_failed", "compute, reward and epoch differ in length")
+    if options.fit_until is not None:
+        # A forecast at compute C knows the evals up to C and nothing else: the cut comes first, so
+        # its points, R0, flags, threshold and so its intervals are those of the run truncated at C
+        # (docs/analysis.md, "Forecasts"). A point without a finite compute cannot be placed before C.
+        seen = np.isfinite(C) & (C <= options.fit_until)
+        C, R, E = C[seen], R[seen], None if E is None else E[seen]
     finite = np.isfinite(C) & np.isfinite(R)
     n_dropped = int((~finite).sum())
     if n_dropped:
@@ -343,15 +350,11 @@ def prepare_curve(compute, reward, options: FitOptions = FitOptions(), *, epoch=
         flags.append("r0_from_first_point")
     else:
         raise CurveError("too_few_points", "no finite points")
-    # The threshold is the run's, resolved before the cut at fit_until: the early rise it drops does
-    # not move with where a fit stops (paper §1 drops the first 1.5k GPU-h, an amount of compute,
-    # whether it fits to 50k or to 100k). Resolved on the fitted points only, a half-compute fit kept
-    # twice the full fit's share of the early rise, and read it as a slower sigmoid with a higher A.
+    # The threshold is resolved on the points seen (up to fit_until), never on the run's end: a live
+    # forecast, or the early-stopping watcher, cannot know where a run will end.
     positive = C > 0
     threshold = resolve_min_compute(options.min_compute, C[positive], None if E is None else E[positive])
     keep = positive & (C >= threshold * (1 - 1e-12))      # an eval at the threshold stays in
-    if options.fit_until is not None:
-        keep &= C <= options.fit_until
     return Curve(C[keep], R[keep], R0, r0_source, threshold, n_dropped, tuple(flags))
 
 

@@ -25,20 +25,28 @@ TABLE1 = {
     "math+code-code": (1675.0, 1.09, 0.615),
 }
 EVAL_SAMPLES = 1000 * 16
+SPACINGS = ("even", "log")
+LOG_FIRST = 30.0       # the log schedule's first eval is at 1/30 of the run (step 10 of 300)
 
 
 def simulate_curve(A, B, C_mid, R0=0.30, *, c_end=None, n_points=200, samples=EVAL_SAMPLES, rng=None,
-                   wobble=0.0, rho=0.0):
-    """(compute, reward, truth) for one run: step 0 plus `n_points` evenly spaced evals.
+                   wobble=0.0, rho=0.0, spacing="even"):
+    """(compute, reward, truth) for one run: step 0 plus `n_points` evals.
 
     c_end defaults to 4 C_mid, so the run shows both the rise and the plateau.
     wobble, rho: policy noise on top of the binomial eval noise, an AR(1) with sd `wobble` and
     lag-1 correlation `rho` between successive evals (a real run's pass rate drifts by
     +-0.02-0.03 over several evals: docs/embedded.md); 0 gives independent binomial noise only.
+    spacing: "even" (the paper's eval every 100 steps) or "log" (scalerl's default schedule,
+    config/eval_schedule.py: evenly spaced in log compute from 1/30 of the run, as step 10 of 300).
     """
     rng = np.random.default_rng(rng)
     c_end = 4.0 * C_mid if c_end is None else c_end
-    compute = np.concatenate([[0.0], np.linspace(c_end / n_points, c_end, n_points)])
+    if spacing not in SPACINGS:
+        raise ValueError(f"spacing must be one of {SPACINGS}, got {spacing!r}")
+    grid = (np.linspace(c_end / n_points, c_end, n_points) if spacing == "even"
+            else np.geomspace(c_end / LOG_FIRST, c_end, n_points))
+    compute = np.concatenate([[0.0], grid])
     truth = sigmoid(compute, A, B, C_mid, R0)
     reward = rng.binomial(samples, truth) / samples
     if wobble:
@@ -51,13 +59,13 @@ def simulate_curve(A, B, C_mid, R0=0.30, *, c_end=None, n_points=200, samples=EV
 
 
 def synthetic_sweep(n_runs=100, n_points=200, *, seed=0, samples=EVAL_SAMPLES, end=(3.0, 6.0),
-                    wobble=0.0, rho=0.0):
+                    wobble=0.0, rho=0.0, spacing="even"):
     """Tidy points table of `n_runs` runs whose parameters jitter around Table 1's rows.
 
     Each run cycles through Table 1, multiplies C_mid and B by U(0.8, 1.25), shifts A by
     U(-0.02, 0.02), draws R0 in U(0.25, 0.40) and ends at U(*end) C_mid.  The truth is in
-    the columns true_A, true_B, true_C_mid, true_R0 (constant per run).  wobble, rho: the
-    AR(1) policy noise of `simulate_curve`.
+    the columns true_A, true_B, true_C_mid, true_R0 (constant per run).  wobble, rho, spacing:
+    the AR(1) policy noise and the eval schedule of `simulate_curve`.
     """
     rng = np.random.default_rng(seed)
     frames = []
@@ -70,7 +78,7 @@ def synthetic_sweep(n_runs=100, n_points=200, *, seed=0, samples=EVAL_SAMPLES, e
         R0 = rng.uniform(0.25, 0.40)
         compute, reward, _ = simulate_curve(A, B, C_mid, R0, c_end=rng.uniform(*end) * C_mid,
                                             n_points=n_points, samples=samples, rng=rng,
-                                            wobble=wobble, rho=rho)
+                                            wobble=wobble, rho=rho, spacing=spacing)
         frames.append(pd.DataFrame({
             "run": f"{i:03d}-{name}", "compute": compute, "reward": reward,
             "step": np.arange(compute.size) * 100, "recipe": name,

@@ -4,7 +4,8 @@
 # Qwen2-style model in bf16 with the fp32 head, sampler vs trainer log-probs, a sharded checkpoint
 # round trip, a 2-rank FSDP2 run if 2 GPUs are visible), then the entry point itself on the GPU
 # (`python -m scalerl.sweep train.device=cuda`, warm start included, for GPU_RUN_STEPS=40 steps
-# with the recipe's pipeline_rl, with async=sync and with ppo_off_policy, killed and resumed),
+# with the recipe's pipeline_rl, with async=sync and with ppo_off_policy, killed and resumed, and a
+# 2-arm local sweep whose arms must each get their own GPUs, scalerl/launch/gpus.py),
 # then benchmarks/gpu_bench.py (copy bandwidth, decode throughput at batch 256 against the
 # memory-bandwidth bound, a training step's FLOP/s and peak memory, before and after the trainer's
 # memory work of docs/trainer-memory.md: targets 25 GiB and 25% MFU at 8 x 16 x 256). Writes one JSON: OUT_DIR/gpu_check.json;
@@ -75,6 +76,17 @@ for mode in ${GPU_RUN_MODES:-pipeline_rl sync ppo_off_policy}; do
   tail -n 4 "$out/run_$mode.log"
 done
 
+# ------------------------------------------------------------------ 3b. each arm its own GPUs
+# A 2-arm local sweep (scalerl/launch/gpus.py): with N visible GPUs each arm gets N // 2 of its own in
+# CUDA_VISIBLE_DEVICES (derived.json records it); with one GPU the arms take it in turn, never at once.
+shares_out=$runs/shares
+log "2-arm local sweep: each arm its own GPUs"
+SCALERL_OUTPUT=$shares_out timeout "${GPU_RUN_TIMEOUT:-150}" python -m scalerl.sweep -m loss=cispo,dapo train.device=cuda \
+  async=sync train.steps=4 train.eval_every=2 logger=none hydra.sweeper.n_boot=0 hydra.launcher.n_parallel=2 \
+  study=gpu_shares > "$out/run_gpu_shares.log" 2>&1
+echo $? > "$shares_out.rc.shares"
+grep "GPUs per slot" "$out/run_gpu_shares.log"
+
 # ------------------------------------------------------------------ 4. throughput
 log "benchmarks/gpu_bench.py"
 timeout "${GPU_BENCH_TIMEOUT:-240}" python benchmarks/gpu_bench.py --out "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.log"
@@ -112,10 +124,22 @@ if (out / "gpu_tests.xml").exists():
         tests.append({"test": case.get("name"), "seconds": float(case.get("time", 0)), "status": status})
 bench = json.loads((out / "gpu_bench.json").read_text()) if (out / "gpu_bench.json").exists() else None
 runs_ok = bool(runs) and all(r["exit_code"] == 0 and r["nonfinite"] == 0 for r in runs.values())
+# each arm's GPUs: equal shares of the visible ones, disjoint when there are enough for both at once
+shares_dir = Path(sys.argv[5]) / "shares"
+rc_file = Path(str(shares_dir) + ".rc.shares")
+seen = sorted((json.loads(p.read_text()).get("cuda_visible_devices") or "")
+              for p in (shares_dir / "sweeps" / "gpu_shares").glob("*/derived.json"))
+n_gpus = torch.cuda.device_count()
+disjoint = len(set(",".join(seen).split(","))) == len(",".join(seen).split(",")) if n_gpus >= 2 else seen == ["0", "0"]
+gpu_shares = {"exit_code": int(rc_file.read_text()) if rc_file.exists() else None, "visible": n_gpus,
+              "cuda_visible_devices": seen, "ok": len(seen) == 2 and all(seen) and disjoint}
+gpu_shares["ok"] = gpu_shares["ok"] and gpu_shares["exit_code"] == 0
+runs_ok = runs_ok and gpu_shares["ok"]
 result = {"ok": tests_rc == 0 and bench_rc == 0 and runs_ok, "seconds": seconds, "torch": torch.__version__,
           "cuda": torch.version.cuda, "transformers": transformers.__version__,
           "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-          "tests_exit_code": tests_rc, "tests": tests, "runs": runs, "bench_exit_code": bench_rc, "bench": bench}
+          "tests_exit_code": tests_rc, "tests": tests, "runs": runs, "gpu_shares": gpu_shares,
+          "bench_exit_code": bench_rc, "bench": bench}
 (out / "gpu_check.json").write_text(json.dumps(result, indent=2))
 print(json.dumps({k: v for k, v in result.items() if k != "bench"}, indent=2))
 if bench:  # the 0.5B training step before/after the trainer-memory work (docs/trainer-memory.md)

@@ -154,7 +154,7 @@ def cli(args: list[str], out_root: Path, timeout: int = 600, extra_env: dict | N
     return done
 
 # metrics.jsonl / steps.jsonl fields that depend on the wall clock: left out when runs are compared
-VOLATILE = ("wall_s", "device_hours", "tokens_per_s", "step_time_s", "samples_per_s", "trainer_idle_frac",
+VOLATILE = ("wall_s", "eval_s", "device_hours", "tokens_per_s", "step_time_s", "samples_per_s", "trainer_idle_frac",
             "generator_idle_frac", "push_time_s", "queue_depth", "mismatch_forward_s", "correction_forward_s")
 
 

@@ -11,9 +11,11 @@ from omegaconf import DictConfig
 
 
 class LocalParallelLauncher(Launcher):
-    def __init__(self, n_parallel: int = 0, threads_per_arm: int = 1):
+    def __init__(self, n_parallel: int = 0, threads_per_arm: int = 1, gpus_per_arm="auto", share_gpus: bool = False):
         self.n_parallel = n_parallel
         self.threads_per_arm = threads_per_arm
+        self.gpus_per_arm = gpus_per_arm  # scalerl/launch/gpus.py: each arm's share of this machine's GPUs
+        self.share_gpus = share_gpus
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None

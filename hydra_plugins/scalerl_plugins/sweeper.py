@@ -31,7 +31,7 @@ def check_sweeper_settings(action, poll_s, max_arms=1) -> None:
 class ScalerlSweeper(Sweeper):
     def __init__(self, action: str = "run", leaderboard: bool = True, n_boot: Optional[int] = None,
                  reuse: bool = True, early_stop: bool = False, stop_rule: Optional[dict] = None, poll_s: float = 5.0,
-                 max_arms: int = 1000):
+                 max_arms: int = 1000, cost: Optional[dict] = None):
         check_sweeper_settings(action, poll_s, max_arms)
         self.action = action
         self.leaderboard = leaderboard
@@ -41,6 +41,7 @@ class ScalerlSweeper(Sweeper):
         self.stop_rule = dict(stop_rule or {})
         self.poll_s = poll_s
         self.max_arms = max_arms    # a sweep past it is refused before any arm is built (launch/expansion.py)
+        self.cost = dict(cost or {})  # the cost estimate's throughput (scalerl/launch/cost_plan.py)
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None

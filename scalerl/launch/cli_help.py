@@ -18,7 +18,7 @@ from scalerl.core.paths import REPO, conf_dir, sweeps_dir
 
 SCALERL_FLAGS = {
     "-m, --multirun": "run a sweep: every combination of the comma lists is an arm",
-    "--dry-run": "expand and validate every arm, list the arms, launch nothing (implies -m)",
+    "--dry-run": "expand and validate every arm, list the arms and their cost, launch nothing (implies -m)",
     "--status": "done / running / queued / failed / pending for each arm, launch nothing (implies -m)",
     "--fresh": "train every arm in this sweep's home, even one whose config hash finished in another study",
     "-h, --help": "this help",

@@ -48,6 +48,8 @@ from rich.live import Live
 from rich.table import Table
 
 from scalerl.core.jsonio import read_json
+from scalerl.launch import gpus as gpu_shares
+from scalerl.launch.packing import auto_parallel
 from scalerl.launch.app import register
 from scalerl.launch.jobs import failed_return, write_launch_record
 from scalerl.launch.rundir import sweep_run_dir
@@ -82,13 +84,13 @@ def _die_with_sweep(conn, replied: threading.Event) -> None:
     threading.Thread(target=watch, name="scalerl-sweep-watch", daemon=True).start()
 
 
-def _arm_process(blob: bytes, conn) -> None:
+def _arm_process(blob: bytes, conn, gpus: list[str] | None = None) -> None:
     """Target of an arm's process: watch the sweep from the first moment, run the arm, send
     its pickled JobReturn back (or why it could not run), and exit."""
     replied = threading.Event()
     _die_with_sweep(conn, replied)
     try:
-        reply = (True, _child(blob))
+        reply = (True, _child(blob, gpus))
     except BaseException as e:  # noqa: BLE001 - any failure is the arm's alone, reported to the parent
         traceback.print_exc()
         reply = (False, f"{type(e).__name__}: {e}")
@@ -100,11 +102,13 @@ def _arm_process(blob: bytes, conn) -> None:
     conn.close()
 
 
-def _child(blob: bytes) -> bytes:
-    """Runs in the arm's process: one Hydra job, output to train.log."""
+def _child(blob: bytes, gpus: list[str] | None = None) -> bytes:
+    """Runs in the arm's process: one Hydra job, output to train.log; ``gpus``: its slot's share."""
     hydra_context, task_function, sweep_config, singleton_state, threads = cloudpickle.loads(blob)
     register()  # the ${scalerl_run_name:} resolver, before anything resolves
     os.environ["SCALERL_NUM_THREADS"] = str(threads)
+    if gpus is not None:  # its slot's share (launch/gpus.py), before anything in this process touches CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     os.environ["SCALERL_NO_BAR"] = "1"
     run_dir = sweep_run_dir(sweep_config)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -123,14 +127,6 @@ def _child(blob: bytes) -> bytes:
         print(tb, flush=True)
         ret._return_value = RuntimeError(f"{type(exc).__name__}: {exc}")
     return cloudpickle.dumps(ret)
-
-
-def auto_parallel(n_arms: int, threads_per_arm: int) -> int:
-    """Arms to run at once: one per core-slot, but when the arms barely outnumber
-    the slots (3 arms, 2 cores) run them all, so no core idles through a last
-    lone arm (1.5x instead of 2x the single-arm time)."""
-    slots = max(1, (os.cpu_count() or 1) // max(threads_per_arm, 1))
-    return n_arms if n_arms <= slots * 3 // 2 else slots
 
 
 def arm_threads(cfg, threads_per_arm: int) -> int:
@@ -159,12 +155,17 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     # cause not yet profiled; benchmarks/RESULTS.md, 2026-12-02).
     workers = launcher.n_parallel or auto_parallel(len(jobs), launcher.threads_per_arm)
     workers = max(1, min(workers, len(jobs)))
+    on_gpu = any(str(cfg.train.device) != "cpu" for _, cfg in jobs)
+    devices = gpu_shares.visible_gpus() if on_gpu else []
+    workers, shares = gpu_shares.assign(devices, workers, getattr(launcher, "gpus_per_arm", "auto"),
+                                  share=bool(getattr(launcher, "share_gpus", False)))
+    where = f"; GPUs per slot: {' | '.join(','.join(share) for share in shares)}" if devices else ""
     print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {'/'.join(map(str, sorted(set(threads))))} "
-          f"thread(s) each; logs in <run dir>/train.log", flush=True)
+          f"thread(s) each{where}; logs in <run dir>/train.log", flush=True)
     state = Singleton.get_state()
     blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k]))
              for k, (_, cfg) in enumerate(jobs)]
-    arms = ArmProcesses(arm_context(), blobs, workers)
+    arms = ArmProcesses(arm_context(), blobs, workers, shares if devices else None)
     interrupted = False
     try:
         _watch(arms, [sweep_run_dir(cfg) for _, cfg in jobs])
@@ -202,10 +203,15 @@ def _death(exitcode: int | None) -> str:
 
 class ArmProcesses:
     """One process per arm, at most ``workers`` alive at once, each waited for on its own:
-    a process that dies fails its arm alone (``replies[k] = (False, why)``)."""
+    a process that dies fails its arm alone (``replies[k] = (False, why)``).
+    ``shares``: one GPU list per slot (launch/gpus.py), or None to leave CUDA_VISIBLE_DEVICES alone;
+    an arm takes a free slot's share and hands it on to the next arm when its process ends."""
 
-    def __init__(self, ctx, blobs: list[bytes], workers: int):
+    def __init__(self, ctx, blobs: list[bytes], workers: int, shares: list[list[str]] | None = None):
         self.ctx, self.blobs, self.workers = ctx, blobs, workers
+        self.shares = shares
+        self.free = list(range(workers))   # slots (GPU shares) no live arm holds
+        self.slot: dict[int, int] = {}     # arm index -> its slot
         self.queue = list(range(len(blobs)))
         self.live: dict[int, tuple] = {}   # arm index -> (process, reader or None once it hit EOF)
         self.replies: dict[int, tuple[bool, object]] = {}
@@ -225,8 +231,10 @@ class ArmProcesses:
     def start_more(self) -> None:
         while self.queue and len(self.live) < self.workers:
             k = self.queue.pop(0)
+            self.slot[k] = self.free.pop(0)
+            gpus = None if self.shares is None else self.shares[self.slot[k]]
             reader, writer = self.ctx.Pipe(duplex=False)
-            proc = self.ctx.Process(target=_arm_process, args=(self.blobs[k], writer),
+            proc = self.ctx.Process(target=_arm_process, args=(self.blobs[k], writer, gpus),
                                     name=f"scalerl-arm-{k}")
             proc.start()
             writer.close()  # the child holds the only writer: its death is an EOF here
@@ -259,6 +267,7 @@ class ArmProcesses:
                 if reader is not None:
                     reader.close()
                 del self.live[k]
+                self.free.append(self.slot.pop(k))
 
 
 def _watch(arms: ArmProcesses, run_dirs: list[Path]) -> None:

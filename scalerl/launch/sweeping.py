@@ -37,7 +37,7 @@ from rich.table import Table
 from scalerl.config import ConfigError, as_config_error, check, check_environment, validate
 from scalerl.config.resources import check_resources
 from scalerl.core.jsonio import read_json, write_json_atomic
-from scalerl.launch import early_stop, rundir
+from scalerl.launch import cost_plan, early_stop, rundir
 from scalerl.launch.jobs import check_launcher, launcher_world_size
 from scalerl.launch.sweep_summary import sweep_wandb, write_leaderboard
 from scalerl.launch.expansion import MAX_ARMS, Progress, check_size, sweep_size
@@ -65,6 +65,8 @@ class Arm:
     resources: str = ""
     """The arm's memory and threads estimate against its target machine (config/resources.py)."""
     warnings: tuple = ()
+    config: object = None
+    """The arm's validated Config (its cost estimate, launch/cost_plan.py)."""
 
     @property
     def name(self) -> str:
@@ -136,7 +138,7 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
                                                   world_size=launcher_world_size(cfg))
             run_dir = rundir.sweep_run_dir(cfg)
             arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg), arm_hash=rundir.arm_hash(cfg),
-                      resources=resources, warnings=tuple(warnings))
+                      resources=resources, warnings=tuple(warnings), config=obj)
             if reuse and arm.state == "pending":
                 arm.reused_from = _finished_elsewhere(cfg, run_dir)
                 arm.state = "done" if arm.reused_from is not None else arm.state
@@ -218,6 +220,13 @@ def check_launch_settings(sweeper) -> None:
         value = launcher.get(key) if key in launcher else None
         check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= least),
               f"hydra.launcher.{key}", f"must be an integer >= {least}, got {value!r}")
+    if "gpus_per_arm" in launcher:
+        value = launcher.get("gpus_per_arm")
+        check(value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+              "hydra.launcher.gpus_per_arm", f"must be auto or an integer >= 1, got {value!r}")
+    if "share_gpus" in launcher:
+        check(isinstance(launcher.get("share_gpus"), bool), "hydra.launcher.share_gpus",
+              f"must be true or false, got {launcher.get('share_gpus')!r}")
     n_boot = sweeper.n_boot  # None: the analysis default, the same as `python -m analysis fit`
     check(n_boot is None or (isinstance(n_boot, int) and not isinstance(n_boot, bool) and n_boot >= 0),
           "hydra.sweeper.n_boot", f"must be an integer >= 0 (or null for the analysis default), got {n_boot!r}")
@@ -244,8 +253,11 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     check_scheduler(sweeper.config, action)
     print_table(arms, f"{len(arms)} arm(s) in {sweep_dir}" + (f" (study {study})" if study else ""))
     print_resources(arms)
+    costs = cost_plan.report(arms, sweeper, LAUNCH_STATES) if action != "status" else None
     if action in ("status", "dry-run"):
         return []
+    if costs:
+        cost_plan.record(*costs)
     reused = [a for a in arms if a.reused_from is not None]
     for a in reused:
         rundir.link_run(a.run_dir, a.reused_from)

@@ -29,6 +29,7 @@ from scalerl.config.resources import check_resources
 from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
+from scalerl.launch.cost_plan import ESTIMATE_FILE, spent
 from scalerl.launch.roles import run_generator_node, slurm_role
 from scalerl.models.extensions import diagnose_broken_extensions
 from scalerl.registry import async_node
@@ -194,6 +195,9 @@ def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train) -> dic
     summary = {**meta, **result, "error": None, "log": log_path(run_dir), "elapsed_s": time.time() - t0,
                "initial_pass_rate": rates[0] if rates else None,
                "final_pass_rate": rates[-1] if rates else None, "best_pass_rate": max(rates) if rates else None}
+    cost = spent(run_dir / ESTIMATE_FILE, summary)  # the sweep's estimate beside what this run spent
+    if cost is not None:
+        summary["cost"] = cost
     if result["status"] == "stopped_early":  # why, against whom, and the fit at that moment
         summary["early_stop"] = read_json(run_dir / STOP_REQUEST)
         print(f"[scalerl] {run_dir.name} stopped early at step {result['step']}: "

@@ -34,6 +34,7 @@ Deviations from the paper's setup (arXiv 2510.13786 §2), on purpose:
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -89,6 +90,8 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         state["wandb_id"] = logger.start(run_dir, run_name, group, config_dict, state["wandb_id"])
     static = derived.to_dict() | {"n_params": r.n_params, "threads": threads, "trainer_threads": torch.get_num_threads(),
                                   "generator_devices": sched.generator_devices,
+                                  # the GPUs this arm was given (launch/gpus.py), None where nothing set them
+                                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                                   "flops_per_train_token": train_flops(r.n_params, 1),
                                   "flops_per_gen_token": gen_flops(r.n_params, 1)}
     if dist.main:
@@ -101,7 +104,9 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     def evaluate_and_checkpoint() -> None:
         check_finite(r.model, dist)  # a diverged policy gets no eval row, only an error
         r.model.eval()
+        t_eval = time.perf_counter()
         ev = _heldout(plan, r, sched, state["step"])
+        ev["eval_s"] = time.perf_counter() - t_eval  # what an eval costs: the cost estimate's calibration
         r.model.train()
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
                "tokens": state["tokens"], "epoch": sched.epochs_done(state["step"]), **ev, **_mean(window),

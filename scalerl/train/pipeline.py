@@ -63,8 +63,9 @@ from scalerl.train.weights import Road
 
 def generator_device(trainer: torch.device, j: int) -> str:
     """Generator j's device: CPU with a CPU trainer; else the GPUs after the trainer's, wrapping
-    around (with too few GPUs, generators share them). Run on one GPU, which the generator shares
-    (benchmarks/gpu_check.sh); several GPUs are untested."""
+    around (with too few GPUs, generators share them). Counted within the process's visible GPUs,
+    so in a local sweep a generator stays inside its arm's share (launch/gpus.py). Run on one GPU,
+    which the generator shares (benchmarks/gpu_check.sh); several GPUs are untested."""
     if trainer.type != "cuda":
         return "cpu"
     first = trainer.index if trainer.index is not None else torch.cuda.current_device()

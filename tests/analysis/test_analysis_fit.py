@@ -93,19 +93,28 @@ def test_threshold_and_fit_until_select_points():
     assert curve.threshold == 300.0
 
 
-@pytest.mark.parametrize("min_compute, first", [("auto", 100.0), ("30%", 300.0)])
-def test_a_fit_that_stops_early_drops_the_runs_early_rise_not_a_share_of_its_own(min_compute, first):
-    # The run reaches 1000: "auto" (10% without epochs) and "30%" are of 1000, also for a fit that
-    # stops at 500. Of the fitted points they would be 50 and 150, and keep 100 and 200 that the
-    # full fit drops (paper §1: the same early compute is dropped whatever the fit's horizon).
+@pytest.mark.parametrize("min_compute, threshold, first", [("auto", 50.0, 100.0), ("30%", 150.0, 200.0)])
+def test_a_fit_that_stops_early_resolves_its_threshold_on_what_it_has_seen(min_compute, threshold, first):
+    # A forecast at 500 cannot know that the run reaches 1000: "auto" (10% without epochs) and "30%"
+    # are of 500, i.e. 50 and 150, so the first evals at or past them are 100 and 200.
     C, R = exact_curve(n=10, end=1000.0)          # 0, 100, ..., 1000
-    full = prepare_curve(C, R, FitOptions(min_compute=min_compute))
     half = prepare_curve(C, R, FitOptions(min_compute=min_compute, fit_until=500.0))
-    assert full.threshold == half.threshold == pytest.approx(first)
+    assert half.threshold == pytest.approx(threshold)
     np.testing.assert_array_equal(half.x, np.arange(first, 501.0, 100.0))
-    # with epochs: the first eval of epoch 1 (200), capped at 25% of the run (250), not of the fit (125)
+    # with epochs: epoch 1 first reached at 200, capped at 25% of what the fit saw (125), not of the run (250)
     epoch = C / 200.0
-    assert prepare_curve(C, R, FitOptions(fit_until=500.0), epoch=epoch).threshold == pytest.approx(200.0)
+    assert prepare_curve(C, R, FitOptions(fit_until=500.0), epoch=epoch).threshold == pytest.approx(125.0)
+    # epoch 1 reached only after the horizon: the fit falls back to 10% of what it saw, as a live run would
+    late = C / 700.0
+    assert prepare_curve(C, R, FitOptions(fit_until=500.0), epoch=late).threshold == pytest.approx(50.0)
+
+
+def test_a_missing_eval_after_the_horizon_does_not_flag_the_fit_before_it():
+    C, R = exact_curve(n=10, end=1000.0)
+    R = R.copy()
+    R[8] = np.nan                                  # compute 800, after the horizon
+    assert prepare_curve(C, R, FitOptions(fit_until=500.0)).flags == ()
+    assert prepare_curve(C, R, FitOptions()).flags == ("nan_dropped",)
 
 
 def test_r0_sources():
