@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from scalerl.config import as_config_error
 from scalerl.config.store import register_schemas
 from scalerl.core.errors import CheckpointsRefused, ConfigError
+from scalerl.core.jsonio import RecordError
 from scalerl.core.paths import conf_dir, sweeps_dir
 from scalerl.launch.jobs import launchers
 from scalerl.launch.precheck import check_command_line
@@ -124,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
             start()
     except CONFIG_ERRORS as e:
         print(f"[scalerl] config error: {as_config_error(e)}", file=sys.stderr)
+        sys.exit(2)
+    except RecordError as e:  # a run record the trainer could not have written: the file and line, no traceback
+        print(f"[scalerl] {e}", file=sys.stderr)
         sys.exit(2)
     except CheckpointsRefused as e:  # every checkpoint refused: the message says what to do, no traceback
         print(f"[scalerl] {e}", file=sys.stderr)
