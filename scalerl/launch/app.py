@@ -28,11 +28,13 @@ from scalerl.launch.jobs import launchers
 from scalerl.launch.precheck import check_command_line
 from scalerl.launch.rundir import register_resolver
 from scalerl.launch.task import run_arm
+from scalerl.train.signals import raise_on_sigterm
 
 ACTIONS = {"--status": "status", "--dry-run": "dry-run"}
 """scalerl's flags: sweeper actions that launch nothing (they imply ``-m``)."""
 SWEEPER_FLAGS = {"--fresh": "hydra.sweeper.reuse=false"}
-"""scalerl's flags that set the sweeper (``--fresh``: never reuse runs from other studies)."""
+"""scalerl's flags that set the sweeper (``--fresh``: never reuse runs from other studies, and move a run
+of another config out of a pinned run directory, ``task.run_arm``)."""
 COMMAND = "scalerl-sweep"
 """The installed command: Hydra's bash completion binds to a command, and ``python -m`` is not one."""
 
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[scalerl] config error: {e}", file=sys.stderr)
         sys.exit(2)
     register()
+    if {"-m", "--multirun"} & set(sys.argv[1:]):  # the sweep's own process: SIGTERM stops it as Ctrl-C does
+        raise_on_sigterm()
     # Hydra prints its own report of an error (a stripped traceback, or a config search path)
     # unless HYDRA_FULL_ERROR is set, in which case it re-raises. We set it to receive the
     # error, so bad input prints one line naming the key and exits 2, whatever Hydra would do.
