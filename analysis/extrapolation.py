@@ -11,8 +11,8 @@ data can promise more than the task allows.  The interval is a prediction interv
 observed value, not a confidence interval for the curve: each bootstrap replicate's curve
 (block bootstrap, analysis.uncertainty) is averaged over the same points, plus the mean of
 `n_final` consecutive resampled residuals, since the observed end is itself a few evals of
-a policy whose pass rate wobbles in time (issue 29: on real runs the curve's own interval
-missed every observed end), widened by Student's t for the few points a short run's half has
+a policy whose pass rate wobbles in time (on real runs the curve's own interval missed every
+observed end; docs/embedded.md), widened by Student's t for the few points a short run's half has
 (a smooth curve of 7 points otherwise claimed +-0.001).  `covered` says whether the observed
 value lies inside it.
 """

@@ -34,7 +34,7 @@ def simulate_curve(A, B, C_mid, R0=0.30, *, c_end=None, n_points=200, samples=EV
     c_end defaults to 4 C_mid, so the run shows both the rise and the plateau.
     wobble, rho: policy noise on top of the binomial eval noise, an AR(1) with sd `wobble` and
     lag-1 correlation `rho` between successive evals (a real run's pass rate drifts by
-    +-0.02-0.03 over several evals: issue 29); 0 gives independent binomial noise only.
+    +-0.02-0.03 over several evals: docs/embedded.md); 0 gives independent binomial noise only.
     """
     rng = np.random.default_rng(rng)
     c_end = 4.0 * C_mid if c_end is None else c_end

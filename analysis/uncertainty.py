@@ -6,7 +6,7 @@ that agreed within ±0.015 (paper §1, §4).  We give three complementary answer
 * bootstrap: eval noise.  A moving-block residual bootstrap by default (FitOptions.boot
   "block"): refit on fitted + residuals resampled in contiguous blocks, so noise that is
   correlated in time (a real run's policy wobbles by +-0.02-0.03 over several evals,
-  issue 29) keeps its correlation in every replicate; the block length comes from the
+  docs/embedded.md) keeps its correlation in every replicate; the block length comes from the
   residuals' lag-1 autocorrelation (`block_length`) and is 1, a plain residual bootstrap,
   when they are independent.  When R0 is itself a measured eval (step 0), R0 is shifted
   by one resampled residual too, since it carries the same noise.  `kind="residual"`

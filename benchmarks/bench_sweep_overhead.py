@@ -8,7 +8,7 @@ process run: (a) as one `sbatch --wrap` per arm, each running
 until all are gone; (b) as `python -m scalerl.sweep -m seed=range(0,24) ...
 hydra/launcher=slurm` (composition, validation, skip checks, one job array,
 waiting, the leaderboard). Overhead per arm = (b - a) / arms. Target < 2 s.
-Needs the local cluster: `python -m scalerl.devtools.local_slurm start` (as root).
+Needs the local cluster: `python3 tests/local_slurm start` (as root).
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arms", type=int, default=24)
     a = ap.parse_args()
-    from scalerl.devtools.local_slurm import cluster
+    sys.path.insert(0, str(REPO / "tests"))  # the local cluster is test gear (tests/local_slurm)
+    from local_slurm import cluster
 
     layout = cluster.start()
     env = {**os.environ, "SCALERL_NO_BAR": "1", "WANDB_MODE": "offline"}

@@ -1,7 +1,9 @@
 """Shared test fixtures, and the test tiers.
 
-The warm-started tiny models are shipped with the package (scalerl/models/assets); a test
-whose warm-start settings differ builds its own once into the session cache (SCALERL_CACHE).
+The default's warm-started tiny model is shipped with the package (scalerl/models/assets), the
+answers-only shape's lives beside the tests (tests/assets, found through SCALERL_WARM_STARTS, which
+the session sets); a test whose warm-start settings differ builds its own once into the session
+cache (SCALERL_CACHE).
 Runs use one torch thread so trajectories are exactly reproducible.
 
 Tiers (docs/testing.md): ``slow`` (integration), ``slurm`` (cluster; tests/slurm marks its
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ANSWERS_ONLY
+from helpers import ANSWERS_ONLY, TEST_WARM_STARTS, WARM_STARTS_ENV
 
 from scalerl.config import compose
 
@@ -43,6 +45,7 @@ def _session_env(tmp_path_factory):
     cache = os.environ.get("SCALERL_TEST_CACHE") or (
         str(shared / "scalerl-cache") if shared else str(tmp_path_factory.mktemp("scalerl-cache")))
     os.environ["SCALERL_CACHE"] = cache
+    os.environ[WARM_STARTS_ENV] = str(TEST_WARM_STARTS)  # ANSWERS_ONLY's warm start, for runs here and in children
     os.environ["SCALERL_NO_BAR"] = "1"
     os.environ["WANDB_MODE"] = "offline"
     os.environ["WANDB_SILENT"] = "true"
@@ -50,9 +53,9 @@ def _session_env(tmp_path_factory):
     yield
 
 
-# The default's and the answers-only shape's warm starts are shipped (scalerl/models/assets,
-# docs/embedded.md): no test trains SFT unless it changes the warm start's settings, so nothing is
-# built in the background any more (it cost 3.5 of CI's 25 minutes before).
+# The default's warm start is shipped (scalerl/models/assets) and the answers-only shape's is in
+# tests/assets (docs/embedded.md): no test trains SFT unless it changes the warm start's settings,
+# so nothing is built in the background any more (it cost 3.5 of CI's 25 minutes before).
 
 
 @pytest.fixture

@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+TEST_WARM_STARTS = REPO / "tests" / "assets"
+"""The answers-only shape's warm start (ANSWERS_ONLY), test gear kept out of the package."""
+WARM_STARTS_ENV = "SCALERL_WARM_STARTS"
+"""scalerl.train.warmstart.SEARCH_ENV (a literal here: importing the trainer costs seconds per session)."""
 
 
 def run_cli(args: list[str], out_root: Path, timeout: int = 600, extra_env: dict | None = None, check: bool = True):

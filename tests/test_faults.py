@@ -2,7 +2,7 @@
 and get exactly what an uninterrupted run gets (metrics.jsonl, steps.jsonl, final weights).
 
 The kill points come from the run's own progress, never from timers: a fail point
-(``SCALERL_FAILPOINT=<point>@<step>``, see ``scalerl/core/faults.py``) makes the process
+(``SCALERL_FAILPOINT=<point>@<step>``, see ``scalerl/launch/faults.py``) makes the process
 SIGKILL itself at that instant (during the step-0 eval, in the middle of a checkpoint
 save, right after one, with half a row written, ...), and the sweep's parent is also
 killed from outside once its arms' records reach a chosen step. A second sweep started

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scalerl.devtools.local_slurm import cluster
+from local_slurm import cluster, templates
 
 
 @pytest.fixture
@@ -36,5 +36,5 @@ def test_the_database_password_is_created_owner_only(tmp_path, no_chmod):
 
 def test_slurmdbd_conf_with_the_password_is_created_owner_only(tmp_path, no_chmod, monkeypatch):
     monkeypatch.setattr(cluster, "CONF_DIR", tmp_path)
-    cluster._write_conf("slurmdbd.conf", cluster.HEADER + "StoragePass=secret\n", 0o600)
+    cluster._write_conf("slurmdbd.conf", templates.HEADER + "StoragePass=secret\n", 0o600)
     assert mode(tmp_path / "slurmdbd.conf") == 0o600 and not (tmp_path / "slurmdbd.tmp").exists()

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from vllm_helpers import vllm_module
 
 from scalerl.config import ConfigError, check_environment, compose, validate
 from scalerl.generation.transfer import vllm_nccl
@@ -47,7 +48,7 @@ def test_the_chunk_plan_by_hand():
 @pytest.mark.parametrize("chunk_bytes", [1, 64, 88, 1000])
 @pytest.mark.parametrize("bias", [4, 3])  # 3: the int64 after it starts at an odd byte (a cast, then a copy)
 def test_the_trainers_chunks_are_vllms_packing_byte_for_byte(chunk_bytes, bias):
-    packed = pytest.importorskip("vllm.distributed.weight_transfer.packed_tensor")
+    packed = vllm_module("vllm.distributed.weight_transfer.packed_tensor")
     state = _state(bias)
     schema = weight_schema(state, "bfloat16")
     chunk_rows, mine = _chunk_bytes(schema, chunk_bytes, state)
@@ -64,7 +65,7 @@ def test_vllms_own_consumer_receives_the_trainers_chunks(monkeypatch):
     """vLLM 0.32's ``packed_nccl_broadcast_consumer`` (its worker's receive) fed the trainer's chunks:
     it cuts its receive buffers from ``update_info`` alone, so chunks that differed from ours would
     fail the size check below, and it hands ``load_weights`` the trainer's tensors in bf16."""
-    packed = pytest.importorskip("vllm.distributed.weight_transfer.packed_tensor")
+    packed = vllm_module("vllm.distributed.weight_transfer.packed_tensor")
     schema = weight_schema(_state(), "bfloat16")
     _, mine = _chunk_bytes(schema, 64)
 
@@ -94,8 +95,8 @@ def test_vllms_own_consumer_receives_the_trainers_chunks(monkeypatch):
 
 
 def test_the_init_and_update_payloads_are_vllms_dataclasses():
-    nccl_common = pytest.importorskip("vllm.distributed.weight_transfer.nccl_common")
-    nccl_engine = pytest.importorskip("vllm.distributed.weight_transfer.nccl_engine")
+    nccl_common = vllm_module("vllm.distributed.weight_transfer.nccl_common")
+    nccl_engine = vllm_module("vllm.distributed.weight_transfer.nccl_engine")
     uid = bytes(range(128))  # ncclUniqueId is 128 bytes
     got = nccl_common.NCCLWeightTransferInitInfo(**init_info(uid, rank_offset=2, world_size=3, chunk_bytes=4096))
     assert got.nccl_unique_id_bytes == uid and (got.rank_offset, got.world_size) == (2, 3)
@@ -107,7 +108,7 @@ def test_the_init_and_update_payloads_are_vllms_dataclasses():
 
 
 def test_the_option_list_is_the_engines_backend_list():
-    pytest.importorskip("vllm")
+    vllm_module("vllm")
     from scalerl.generation.engines.vllm_engine import BACKENDS
     from scalerl.generation.engines.vllm_option import WEIGHT_TRANSFERS
 

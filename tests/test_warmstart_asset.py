@@ -1,37 +1,49 @@
 """The shipped warm start (scalerl/train/warmstart_asset.py): built from today's default settings,
-intact, loaded by the default's runs, and its builder working on a small configuration."""
+intact, loaded by the default's runs, and its builder working on a small configuration; and the
+tests' answers-only one, found in tests/assets through SCALERL_WARM_STARTS (set by conftest.py)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
 
 from scalerl.config import compose, validate
 from scalerl.train.setup import prepare_checkpoint
-from helpers import ANSWERS_ONLY
+from helpers import ANSWERS_ONLY, TEST_WARM_STARTS, WARM_STARTS_ENV
 
-from scalerl.train.warmstart import (ASSET, ASSETS, REBUILD, ShippedWarmStartError, key_hash, read_manifest, sha256,
-                                     shipped_folders, shipped_warm_start, verify)
+from scalerl.train.warmstart import (ASSET, ASSETS, REBUILD, SEARCH_ENV, ShippedWarmStartError, key_hash, read_manifest,
+                                     sha256, shipped_folders, shipped_warm_start, verify)
 from scalerl.train.warmstart_asset import build, check, default_key
 
 
-def test_the_default_and_the_tests_shape_are_shipped():
-    assert [p.name for p in shipped_folders()] == ["tiny_warm", "tiny_warm_answers"]
+ANSWERS = TEST_WARM_STARTS / "tiny_warm_answers"
+FOLDERS = {"tiny_warm": ASSET, "tiny_warm_answers": ANSWERS}
+
+
+def test_the_default_ships_and_the_tests_shape_is_found_beside_the_tests(monkeypatch):
+    assert WARM_STARTS_ENV == SEARCH_ENV and os.environ[SEARCH_ENV] == str(TEST_WARM_STARTS)
+    assert shipped_folders() == [ASSET, ANSWERS]
+    assert [p.name for p in shipped_folders([ASSETS])] == ["tiny_warm"]  # the package holds no test gear
     assert read_manifest(ASSET)["overrides"] == []
+    monkeypatch.delenv(SEARCH_ENV)
+    assert shipped_folders() == [ASSET]
+    monkeypatch.setenv(SEARCH_ENV, os.pathsep.join(["/nonexistent", str(TEST_WARM_STARTS)]))
+    assert shipped_folders() == [ASSET, ANSWERS]
 
 
 @pytest.mark.parametrize("name", ["tiny_warm", "tiny_warm_answers"])
 def test_shipped_warm_start_was_built_from_todays_settings(name, tmp_path):
     # Fails when the demonstrations, the warm-start or task settings, the model shape or the
     # warm start's code version change without rebuilding the shipped copy; the message says how.
-    problem = check(ASSETS / name, cache_dir=str(tmp_path))
+    problem = check(FOLDERS[name], cache_dir=str(tmp_path))
     assert problem is None, problem
 
 
 @pytest.mark.parametrize("name", ["tiny_warm", "tiny_warm_answers"])
 def test_shipped_files_have_their_recorded_hashes(name):
-    asset = ASSETS / name
+    asset = FOLDERS[name]
     manifest = verify(asset)
     assert sorted(manifest["sha256"]) == ["config.json", "generation_config.json", "model.safetensors",
                                           "tokenizer.json", "tokenizer_config.json"]
@@ -64,9 +76,9 @@ def test_the_default_loads_the_shipped_warm_start_and_trains_no_sft(tmp_path):
     assert not [p for p in tmp_path.glob("warm-*") if p.is_dir()], "the default built a warm start of its own"
     assert not any("SFT" in line for line in logs), logs
     # Another warm-start setting is another key: not the shipped one.
-    # The tests' answers-only shape loads its own shipped one; another setting is another key, shipped by none.
+    # The tests' answers-only shape loads its own from tests/assets; another setting is another key, found nowhere.
     assert prepare_checkpoint(validate(compose(["logger=none", f"cache_dir={tmp_path}", *ANSWERS_ONLY])),
-                              log=logs.append)[1] == ASSETS / "tiny_warm_answers"
+                              log=logs.append)[1] == ANSWERS
     other = validate(compose(["logger=none", f"cache_dir={tmp_path}", "model.warmstart.final_steps=59"]))
     assert shipped_warm_start(default_key(other)) is None
 
@@ -95,4 +107,4 @@ def test_build_writes_a_checkpoint_its_key_and_hashes_on_a_small_configuration(t
     manifest["overrides"] = [o.replace("model.warmstart.final_steps=1", "model.warmstart.final_steps=2") for o in overrides]
     (asset / "manifest.json").write_text(json.dumps(manifest))
     problem = check(asset)
-    assert "final_steps" in problem and f"{REBUILD} --name asset" in problem and "final_steps=2" in problem
+    assert "final_steps" in problem and f"{REBUILD} --name asset --dir " in problem and "final_steps=2" in problem

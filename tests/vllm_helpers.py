@@ -5,6 +5,8 @@ A library, not a test module: no test imports another test.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import os
 
 import pytest
 import torch
@@ -19,6 +21,14 @@ from scalerl.precision import PRECISIONS
 CPU = torch.device("cpu")
 NEVER = 3  # <unk>: its LM-head row is zeroed below, so it is never sampled; as EOS, rows end at their budget
 PROMPTS = ["123+456=", "907+15=", "88*9=", "500+500=", "2+2=", "31*7="]
+
+
+def vllm_module(name: str = "vllm"):
+    """``name``, a vLLM module, imported. Without vLLM a laptop skips the test; under ``CI=1`` (set by
+    .ci/run, which installs vLLM) the ImportError fails it, as docs/testing.md says vLLM's tests do."""
+    if os.environ.get("CI"):
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
 
 
 @pytest.fixture(scope="module")

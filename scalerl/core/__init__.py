@@ -4,6 +4,6 @@ Owns the one error type for bad configuration (``errors``), the registry entry
 type (``option``), stable hashing (``hashing``), atomic JSON and JSONL files
 (``jsonio``), where the repository's ``conf/`` and ``sweeps/`` live (``paths``),
 heavy libraries loaded on first use (``lazy``), whether a run's recorded process
-is alive (``liveness``) and the crash tests' fail points (``faults``). Nothing here knows about
+is alive (``liveness``). Nothing here knows about
 RL, models or Hydra.
 """

@@ -21,7 +21,6 @@ import math
 import os
 from pathlib import Path
 
-from scalerl.core.faults import failpoint, torn_write
 
 
 class RecordError(ValueError):
@@ -67,6 +66,11 @@ def read_json(path: Path):
 def clean(row: dict) -> dict:
     """JSON-safe metrics: non-finite floats become null (the analysis treats them as missing)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def encode_row(row: dict) -> bytes:
+    """One JSONL line, as ``JsonlFile.append`` writes it."""
+    return (json.dumps(clean(row)) + "\n").encode()
 
 
 class JsonlFile:
@@ -129,15 +133,11 @@ class JsonlFile:
 
     def append(self, row: dict) -> None:
         """One row, fsynced; if the write fails (a full disk) the file is cut back to what it was."""
-        data = (json.dumps(clean(row)) + "\n").encode()
-        step, name = row.get("step"), self.path.stem
-        failpoint(f"{name}.append", step)
+        data = encode_row(row)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
             try:
-                if torn_write(f"{name}.torn", step, fd, data):
-                    return
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
@@ -147,4 +147,3 @@ class JsonlFile:
                 raise write_failed(self.path, e, "append to") from None
         finally:
             os.close(fd)
-        failpoint(f"{name}.appended", step)

@@ -24,6 +24,7 @@ from scalerl.config.store import register_schemas
 from scalerl.core.errors import CheckpointsRefused, ConfigError
 from scalerl.core.jsonio import RecordError
 from scalerl.core.paths import conf_dir, sweeps_dir
+from scalerl.launch import faults
 from scalerl.launch.jobs import launchers
 from scalerl.launch.precheck import check_command_line
 from scalerl.launch.rundir import register_resolver
@@ -40,9 +41,12 @@ COMMAND = "scalerl-sweep"
 
 
 def register() -> None:
-    """The schemas in Hydra's ConfigStore and the ``${scalerl_run_name:}`` resolver (idempotent)."""
+    """The schemas in Hydra's ConfigStore and the ``${scalerl_run_name:}`` resolver (idempotent); every
+    scalerl process calls it first, so the crash tests' one seam is armed here too (``faults.arm``:
+    nothing unless ``SCALERL_FAILPOINT`` is set)."""
     register_schemas()
     register_resolver()
+    faults.arm()
 
 
 def hydra_argv(argv: list[str]) -> list[str]:

@@ -47,7 +47,6 @@ from omegaconf import open_dict
 from rich.live import Live
 from rich.table import Table
 
-from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json
 from scalerl.launch.app import register
 from scalerl.launch.jobs import failed_return, write_launch_record
@@ -166,7 +165,6 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     workers = max(1, min(workers, len(jobs)))
     print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {'/'.join(map(str, sorted(set(threads))))} "
           f"thread(s) each; logs in <run dir>/train.log", flush=True)
-    failpoint("sweep.launched")  # crash tests: launch records written, no arm started
     state = Singleton.get_state()
     blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k]))
              for k, (_, cfg) in enumerate(jobs)]

@@ -36,7 +36,6 @@ from rich.table import Table
 
 from scalerl.config import ConfigError, as_config_error, check, check_environment, validate
 from scalerl.config.resources import check_resources
-from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import early_stop, rundir
 from scalerl.launch.inputs import check_inputs
@@ -253,7 +252,6 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
             a.run_dir.unlink()                                     # train here (the link goes, not its target)
     with early_stop.watching(sweeper, arms):
         returns = launch_and_adopt(arms, sweeper.launcher)
-    failpoint("sweep.leaderboard")  # crash tests: every arm settled, no leaderboard yet
     failed = [(a, (read_json(a.run_dir / "summary.json") or {}).get("error")) for a in arms if a.state == "failed"]
     _report(arms, failed, sweep_dir, sweeper)
     if failed:

@@ -26,7 +26,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from scalerl.config import ConfigError, check_environment, validate
 from scalerl.config.resources import check_resources
-from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, RecordError, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
@@ -227,7 +226,6 @@ def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train, *, fre
         print(f"[scalerl] {run_dir.name} stopped at step {result['step']} ({result['status']}); "
               "relaunch the same command to resume")
         return {**meta, **result}
-    failpoint("run.finished")
     rows = JsonlFile(run_dir / "metrics.jsonl").rows()
     rates = [r["pass_rate"] for r in rows if r.get("pass_rate") is not None]
     summary = {**meta, **result, "error": None, "log": log_path(run_dir), "elapsed_s": time.time() - t0,

@@ -25,7 +25,6 @@ import torch
 
 from scalerl.core.errors import CheckpointsRefused  # noqa: F401 (raised by sharded_checkpoint, caught by the entry point)
 from scalerl.core.errors import ConfigError
-from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import os_reason
 
 ATOMS = (bool, int, float, str, type(None))
@@ -97,14 +96,12 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict, model: torch.nn.Mod
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
-        failpoint("checkpoint.written", step)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
         tmp.unlink(missing_ok=True)  # a partial checkpoint frees its space for summary.json
         error = CheckpointWriteError(f"could not write checkpoint {path}: {_reason(e)}")
         error.errno = getattr(e, "errno", None)
         raise error from None
-    failpoint("checkpoint.saved", step)
     return path
 
 

@@ -40,7 +40,6 @@ from pathlib import Path
 import torch
 
 from scalerl.config.eval_schedule import eval_steps
-from scalerl.core.faults import failpoint
 from scalerl.core.jsonio import JsonlFile, write_json_atomic
 from scalerl.loggers.base import namespaced
 from scalerl.train.behaviour import LaggedWeights
@@ -104,7 +103,6 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
         r.model.eval()
         ev = _heldout(plan, r, sched, state["step"])
         r.model.train()
-        failpoint("eval", state["step"])  # crash tests: killed during an eval, before its row
         row = {"step": state["step"], "compute": state["compute"], "device_hours": state["device_hours"],
                "tokens": state["tokens"], "epoch": sched.epochs_done(state["step"]), **ev, **_mean(window),
                "retired": len(r.sampler.retired), "nan_skips": state["nan_skips"], "wall_s": state["wall_s"]}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from dataclasses import asdict
@@ -69,6 +70,9 @@ def task_key(task_cfg) -> dict:
 
 ASSETS = Path(models.__file__).parent / "assets"
 """The shipped warm starts, one folder each (``warmstart_asset.py`` builds them, docs/embedded.md)."""
+SEARCH_ENV = "SCALERL_WARM_STARTS"
+"""More folders of warm starts like ``ASSETS`` (``os.pathsep``-separated), searched after it: the
+tests' answers-only shape lives in tests/assets, and tests/conftest.py names it here (docs/embedded.md)."""
 ASSET = ASSETS / "tiny_warm"
 """The default's."""
 MANIFEST = "manifest.json"
@@ -114,9 +118,15 @@ def verify(asset: Path = ASSET) -> dict:
     return manifest
 
 
-def shipped_folders(root: Path = ASSETS) -> list[Path]:
-    """The shipped warm starts' folders (those with a manifest)."""
-    return sorted(p for p in Path(root).iterdir() if (p / MANIFEST).exists()) if Path(root).is_dir() else []
+def warm_start_roots() -> list[Path]:
+    """Where warm starts are looked up: the package's, then ``$SCALERL_WARM_STARTS``'s folders."""
+    return [ASSETS, *(Path(p).expanduser() for p in os.environ.get(SEARCH_ENV, "").split(os.pathsep) if p)]
+
+
+def shipped_folders(roots: list[Path] | None = None) -> list[Path]:
+    """The warm starts' folders (those with a manifest) under ``roots`` (default: ``warm_start_roots()``)."""
+    return [p for root in (warm_start_roots() if roots is None else roots) if Path(root).is_dir()
+            for p in sorted(Path(root).iterdir()) if (p / MANIFEST).exists()]
 
 
 def shipped_warm_start(key: dict, folders: list[Path] | None = None) -> Path | None:

@@ -9,20 +9,22 @@ built it (``warmstart.warm_start_key``: model shape, warm-start settings, task, 
 tokenizer, code version) and each file's sha256. A run whose key equals the shipped one loads it,
 after checking the hashes; any other key builds and caches its own warm start, as before.
 
-Besides the default's (``tiny_warm``), the tests' answers-only shape ships too (``tiny_warm_answers``,
-tests/helpers.py's ANSWERS_ONLY): the suite trains no SFT either. Each manifest records the overrides
-that made it. Rebuild one after changing the demonstrations, the warm-start settings or their code
-(``tests/test_warmstart_asset.py`` fails with the exact command), then commit the folder::
+The same kind of folder elsewhere is found through ``$SCALERL_WARM_STARTS`` (``warmstart.SEARCH_ENV``):
+the tests' answers-only shape (``tests/assets/tiny_warm_answers``, tests/helpers.py's ANSWERS_ONLY)
+lives beside the tests, which set it, so the suite trains no SFT either. Each manifest records the
+overrides that made it. Rebuild one after changing the demonstrations, the warm-start settings or
+their code (``tests/test_warmstart_asset.py`` fails with the exact command), then commit the folder::
 
     python -m scalerl.train.warmstart_asset build      # the default's; ~5 min of one core
-    python -m scalerl.train.warmstart_asset build --name tiny_warm_answers task.think=0 \
+    python -m scalerl.train.warmstart_asset build --name tiny_warm_answers --dir tests/assets task.think=0 \
         length.max_new_tokens=8 model.warmstart.final_steps=0 ...   # the command the test prints
-    python -m scalerl.train.warmstart_asset check      # every shipped one: key and hashes, no training
+    SCALERL_WARM_STARTS=tests/assets python -m scalerl.train.warmstart_asset check   # key and hashes, no training
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
@@ -53,7 +55,9 @@ def default_key(cfg) -> dict:
 
 def rebuild_command(asset: Path, overrides: list[str]) -> str:
     name = "" if Path(asset).name == ASSET.name else f" --name {Path(asset).name}"
-    return f"{REBUILD}{name}" + "".join(f" {o}" for o in overrides)
+    parent = Path(asset).resolve().parent
+    where = "" if parent == ASSETS.resolve() else f" --dir {os.path.relpath(parent)}"
+    return f"{REBUILD}{name}{where}" + "".join(f" {o}" for o in overrides)
 
 
 def build(overrides: list[str], asset: Path = ASSET, *, log=print) -> dict:
@@ -101,11 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scalerl.train.warmstart_asset", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["build", "check"], help="build one; check every shipped one")
-    parser.add_argument("--name", default=ASSET.name, help=f"the folder under {ASSETS} (default: {ASSET.name}, the default's)")
+    parser.add_argument("--name", default=ASSET.name, help=f"the folder under --dir (default: {ASSET.name}, the default's)")
+    parser.add_argument("--dir", type=Path, default=ASSETS, help=f"where that folder goes (default: {ASSETS}, shipped)")
     parser.add_argument("overrides", nargs="*", help="config overrides that make the config to build (default: none)")
     args = parser.parse_intermixed_args(argv)
     if args.command == "build":
-        build(args.overrides, ASSETS / args.name)
+        build(args.overrides, args.dir / args.name)
         return 0
     problems = [p for p in map(check, shipped_folders()) if p]
     print("\n".join(problems) or f"ok: {len(shipped_folders())} shipped warm starts match their keys and hashes")

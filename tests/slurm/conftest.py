@@ -8,7 +8,7 @@ they are missing and we are root), or finds it already running. If it cannot:
 - otherwise they are skipped with the reason (e.g. a laptop without root or apt).
 
 The cluster is deliberately NOT stopped at session end: CI stops it with
-`python -m scalerl.devtools.local_slurm stop`, and a user may keep it for `hydra/launcher=slurm`.
+`python3 tests/local_slurm stop`, and a user may keep it for `hydra/launcher=slurm`.
 Every test collected under tests/slurm/ is marked `slurm` (deselect with -m "not slurm").
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from scalerl.devtools.local_slurm import cluster
+from local_slurm import cluster
 
 _HERE = Path(__file__).parent
 NODES = 3
@@ -35,7 +35,7 @@ def cluster_required() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slurm: needs the local SLURM cluster (see scalerl/devtools/local_slurm)")
+    config.addinivalue_line("markers", "slurm: needs the local SLURM cluster (see tests/local_slurm)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

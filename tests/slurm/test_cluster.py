@@ -1,6 +1,6 @@
 """The local SLURM cluster, driven through submitit exactly as the Hydra launcher drives it.
 
-Real jobs on a real slurmctld/slurmd/slurmdbd (see scalerl/devtools/local_slurm); nothing is mocked. Every wait
+Real jobs on a real slurmctld/slurmd/slurmdbd (see tests/local_slurm); nothing is mocked. Every wait
 is bounded, so a broken cluster fails a test instead of hanging the suite. slurmd runs jobs as
 the submitting user on this machine, so tmp_path folders are visible to the jobs.
 Runtime: about 40 s, most of it submitit's own 15 s wait for a cancelled job's result file
@@ -23,7 +23,7 @@ import pytest
 import submitit
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
-from scalerl.devtools.local_slurm import cluster, procs
+from local_slurm import cluster, procs
 
 # pytest imports this file as a top-level module the job's interpreter cannot import, so the
 # functions below travel to the job by value.

@@ -14,7 +14,7 @@ import time
 
 from helpers import ANSWERS_ONLY, arms, popen_cli, read_rows, wait_for
 
-from scalerl.devtools.local_slurm import cluster, nodes
+from local_slurm import cluster, nodes
 
 # async.timeout_s: the cut is found within it, and the generators' start-up must fit in it (at 20 s
 # a resumed run failed its start-up beside a study, load 4-6: a generator task imports torch first)

@@ -11,9 +11,11 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from scalerl.devtools.local_slurm import nodes
+from . import nodes
 
-HEADER = "# Managed by scalerl.devtools.local_slurm (python -m scalerl.devtools.local_slurm); rewritten on every start.\n"
+HEADER = "# Managed by tests/local_slurm (python3 tests/local_slurm start); rewritten on every start.\n"
+# What a config written before the cluster moved out of the scalerl package begins with: still ours.
+MANAGED = (HEADER, "# Managed by scalerl.devtools.local_slurm ")
 
 
 @dataclass(frozen=True)

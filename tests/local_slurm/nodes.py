@@ -1,6 +1,6 @@
 """Several SLURM nodes on one machine: each extra ``slurmd`` in its own network and UTS namespace.
 
-    python -m scalerl.devtools.local_slurm start --nodes 3   # rl-node1..3 in partition `nodes`
+    python3 tests/local_slurm start --nodes 3   # rl-node1..3 in partition `nodes`
 
 Each node ``rl-nodeI`` is a named network namespace (``scalerl-rl-nodeI``) with one veth link to a
 bridge in the root namespace (``rlslurm0``, 10.233.0.1/24) at 10.233.0.(10+I), and its own
@@ -23,7 +23,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from scalerl.devtools.local_slurm.procs import ClusterError
+from .procs import ClusterError
 
 BRIDGE = "rlslurm0"
 SUBNET = "10.233.0"

@@ -1,11 +1,11 @@
 """Install, start, stop and inspect a local SLURM 22.05 cluster, as root: this machine's node,
 plus namespaced nodes with their own addresses (``--nodes N``, nodes.py).
 
-    python -m scalerl.devtools.local_slurm install   # apt-get the packages if a binary is missing (~10-20 s)
-    python -m scalerl.devtools.local_slurm start     # idempotent; ~2-5 s from installed packages
-    python -m scalerl.devtools.local_slurm start --nodes 3   # plus rl-node1..3 (partition `nodes`)
-    python -m scalerl.devtools.local_slurm status
-    python -m scalerl.devtools.local_slurm stop
+    python3 tests/local_slurm install   # apt-get the packages if a binary is missing (~10-20 s)
+    python3 tests/local_slurm start     # idempotent; ~2-5 s from installed packages
+    python3 tests/local_slurm start --nodes 3   # plus rl-node1..3 (partition `nodes`)
+    python3 tests/local_slurm status
+    python3 tests/local_slurm stop
 
 Daemons, in start order: munged -> mariadbd -> slurmdbd -> slurmctld -> slurmd. All of them run as
 root in the foreground of their own session and keep their pid files, logs, spool, controller
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from scalerl.devtools.local_slurm import nodes, procs
-from scalerl.devtools.local_slurm.procs import ClusterError
-from scalerl.devtools.local_slurm.templates import HEADER, Layout, render_slurm_conf, render_slurmdbd_conf
+from . import nodes, procs
+from .procs import ClusterError
+from .templates import MANAGED, Layout, render_slurm_conf, render_slurmdbd_conf
 
-log = logging.getLogger("scalerl.devtools.local_slurm")
+log = logging.getLogger("local_slurm")
 
 CONF_DIR = Path("/etc/slurm")
 DEFAULT_STATE_DIR = Path("/var/lib/scalerl-slurm")
@@ -98,7 +98,7 @@ def install() -> float:
         return 0.0
     if os.geteuid() != 0:
         raise ClusterError(f"missing {missing}; installing needs root: "
-                           "sudo python -m scalerl.devtools.local_slurm install")
+                           "sudo python3 tests/local_slurm install")
     if shutil.which("apt-get") is None:
         raise ClusterError(f"missing {missing} and no apt-get; "
                            f"install {' '.join(APT_PACKAGES)} yourself")
@@ -237,9 +237,9 @@ def start(state: Path | None = None, cpus: int | None = None, n_nodes: int | Non
         return lay
     if os.geteuid() != 0:
         raise ClusterError("the local SLURM cluster is not running (or its config changed) and "
-                           "starting it needs root: sudo python -m scalerl.devtools.local_slurm start")
+                           "starting it needs root: sudo python3 tests/local_slurm start")
     if missing := missing_binaries():
-        raise ClusterError(f"missing {missing}: run python -m scalerl.devtools.local_slurm install")
+        raise ClusterError(f"missing {missing}: run python3 tests/local_slurm install")
     for name in wanted:
         _refuse_foreign(CONF_DIR / name)
     with _locked(lay):  # pytest-xdist workers may all call start() at once
@@ -275,7 +275,7 @@ def _configured_cpus() -> int | None:
     except OSError:
         return None
     match = re.search(r"^NodeName=\S+ .*\bCPUs=(\d+)", text, re.MULTILINE)
-    return int(match.group(1)) if text.startswith(HEADER) and match else None
+    return int(match.group(1)) if text.startswith(MANAGED) and match else None
 
 
 def _configured_nodes() -> int:
@@ -283,7 +283,7 @@ def _configured_nodes() -> int:
         text = (CONF_DIR / "slurm.conf").read_text()
     except OSError:
         return 0
-    return len(re.findall(r"^NodeName=rl-node\d+ ", text, re.MULTILINE)) if text.startswith(HEADER) else 0
+    return len(re.findall(r"^NodeName=rl-node\d+ ", text, re.MULTILINE)) if text.startswith(MANAGED) else 0
 
 
 def _configs_current(wanted: dict[str, str]) -> bool:
@@ -344,8 +344,8 @@ def _prepare(lay: Layout) -> None:
 
 
 def _refuse_foreign(path: Path) -> None:
-    if path.exists() and not path.read_text().startswith(HEADER):
-        raise ClusterError(f"{path} was not written by scalerl.devtools.local_slurm; move it away to use the "
+    if path.exists() and not path.read_text().startswith(MANAGED):
+        raise ClusterError(f"{path} was not written by tests/local_slurm; move it away to use the "
                            "local cluster (it would be overwritten)")
 
 

@@ -5,10 +5,10 @@ Owns: installing the Debian packages, writing /etc/slurm/{slurm,slurmdbd}.conf, 
 stopping munged, MariaDB, slurmdbd, slurmctld and slurmd by pid file under one state dir.
 Knows nothing about training, configs or Hydra; nothing in scalerl needs it at run time.
 To change a cluster setting, edit the template in `templates.py` (the comment says why each key
-is there) and rerun `python -m scalerl.devtools.local_slurm start`, which restarts when the config changed.
+is there) and rerun `python3 tests/local_slurm start`, which restarts when the config changed.
 """
 
-from scalerl.devtools.local_slurm.cluster import (
+from .cluster import (
     ClusterError,
     env_exports,
     healthy,
