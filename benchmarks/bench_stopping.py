@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 
 from analysis.simulate import SimSettings, format_results, run_simulation, summarize  # noqa: E402
 from analysis.stopping import StopRule  # noqa: E402
+from analysis.writing import write_csv  # noqa: E402
 
 
 def main(argv=None):
@@ -55,7 +56,7 @@ def main(argv=None):
           f" n_warmup_steps={args.median_warmup}); {time.perf_counter() - t0:.0f} s")
     print(format_results(summarize(results)))
     if args.out:
-        results.to_csv(args.out, index=False)
+        write_csv(results, args.out)  # formula cells neutralised
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from analysis.extrapolation import extrapolation_check
 from analysis.fit import FitOptions
 from analysis.leaderboard import leaderboard
 from analysis.runs import fit_runs
+from analysis.writing import write_csv
 from scalerl.config.eval_schedule import eval_steps
 
 GAIN = 0.25      # the final pass rate (mean of the last 4 evals) at least R0 + 0.25
@@ -123,7 +124,7 @@ def main() -> None:
     print("\n## The leaderboard per schedule: every run, and every arm with two or more seeds (its seeds pooled)")
     print(pd.concat(arms, ignore_index=True)[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.csv:
-        table.merge(crit, on=["schedule", "run", "forecast_err"]).to_csv(args.csv, index=False)
+        write_csv(table.merge(crit, on=["schedule", "run", "forecast_err"]), args.csv)  # formula cells neutralised
 
 
 if __name__ == "__main__":

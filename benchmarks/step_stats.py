@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.writing import write_csv
+
 MEANS = ["clip_frac", "ratio_dev", "mismatch_kl", "mismatch_abs_mean", "mismatch_abs_p99", "mismatch_out_frac",
          "staleness_mean", "multi_version_frac", "entropy", "effective_batch",
          # the correction axis (docs/mismatch.md): the share its weight clipped or masked, its extra
@@ -68,7 +70,7 @@ def main() -> None:
     pd.set_option("display.max_columns", 40)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     if args.csv:
-        table.to_csv(args.csv, index=False)
+        write_csv(table, args.csv)  # formula cells neutralised (run names are directory names)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,22 @@ Relaunching any of these skips finished arms and resumes unfinished ones.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
 def main(argv: list[str] | None = None) -> None:
     try:
         _main(argv)
+    except KeyboardInterrupt as e:  # Ctrl-C (any count, any moment) or a sweep's SIGTERM: one line, no traceback
+        from scalerl.train.signals import exit_code, signal_of
+
+        signum = signal_of(e)
+        for s in (signal.SIGINT, signal.SIGTERM):  # one more while this process exits changes nothing
+            signal.signal(s, signal.SIG_IGN)
+        print(f"\n[scalerl] interrupted ({'Ctrl-C' if signum == signal.SIGINT else 'SIGTERM'}); relaunch the same command "
+              "to resume", file=sys.stderr, flush=True)
+        sys.exit(exit_code(signum))  # 130 after Ctrl-C, 143 after SIGTERM
     except BrokenPipeError:  # the reader went away (`--help | head`): exit quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         sys.exit(141)  # 128 + SIGPIPE, what the shell reports for a tool its reader cut off

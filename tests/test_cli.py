@@ -79,17 +79,21 @@ def test_multirun_of_two_arms_then_relaunch_skips(tmp_path):
 
 
 def test_failed_arm_is_reported_and_only_it_reruns(tmp_path):
+    from taskdata import MATH_ROWS, write_jsonl
+
     study = tmp_path / "mixed.yaml"
-    broken = tmp_path / "broken.jsonl"
-    broken.write_text("{not json\n")  # exists, so validation passes; reading it at start-up fails
+    data = write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
+    # A chat template the tiny tokenizer lacks: only the arm, which loads the tokenizer, can tell
+    # (a file that is not JSON is refused at launch now, scalerl/launch/inputs.py).
     study.write_text(yaml.safe_dump({"arms": [
         {"overrides": ["loss=cispo"]},
-        {"overrides": ["loss=dapo", "task=math", f"task.path={broken}", "model.warmstart.enabled=false"]},
+        {"overrides": ["loss=dapo", "task=math", f"task.path={data}", "task.prompt.template=chat",
+                       "model.warmstart.enabled=false"]},
     ]}))
     args = ["-m", f"sweep={study}", "train.steps=2", "train.eval_every=2", "logger=none"]
     first = cli(args, tmp_path / "out", check=False)
     assert first.returncode == 1, first.stdout + first.stderr
-    assert "FAILED" in first.stdout and "broken.jsonl" in first.stdout and "log:" in first.stdout
+    assert "FAILED" in first.stdout and "task.prompt.template" in first.stdout and "log:" in first.stdout
     board = pd.read_csv(tmp_path / "out" / "sweeps" / "mixed+train.eval_every=2+train.steps=2" / "leaderboard.csv")
     assert sorted(board["status"].str.contains("failed")) == [False, True]
     second = cli(args, tmp_path / "out", check=False)

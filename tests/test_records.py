@@ -152,3 +152,34 @@ def test_plain_refuses_what_weights_only_could_not_load():
 
     with pytest.raises(TypeError, match=r"checkpoint.state.seen: a set"):
         plain({"state": {"seen": {1, 2}}})
+
+
+# ------------------------------------------- a resume through the entry point
+@pytest.mark.parametrize("rows,line,why", [
+    # half-written in the middle (a torn write that a later append glued onto)
+    ('{"step": 0, "compute": 0.0}\n{"step": 1, "comp\n{"step": 2, "compute": 2.0}\n', 2, "not a JSON row"),
+    # non-finite: the trainer writes null for one (jsonio.clean), so these came from elsewhere
+    ('{"step": 0, "compute": 0.0, "pass_rate": 0.5}\n{"step": 1, "compute": Infinity, "pass_rate": 0.6}\n', 2,
+     "compute is inf"),
+    ('{"step": 0, "compute": 0.0, "pass_rate": NaN}\n', 1, "pass_rate is nan"),
+])
+def test_a_corrupt_row_stops_the_resume_in_one_line_with_exit_2_before_anything_is_written(tmp_path, rows, line, why):
+    from helpers import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(rows)
+    proc = cli(["train.steps=2", "logger=none", f"hydra.run.dir={run}"], tmp_path, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(f"[scalerl] {run / 'metrics.jsonl'} line {line}: {why}"), lines
+    assert (run / "metrics.jsonl").read_text() == rows  # nothing rewritten
+    assert not (run / "progress.json").exists() and not (run / "config.yaml").exists()
+
+
+def test_a_non_finite_value_is_refused_naming_the_key_and_line(tmp_path):
+    f = write_lines(tmp_path / "metrics.jsonl", '{"step": 0, "pass_rate": 0.5}\n', '{"step": 1, "reward": -Infinity}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl line 2: reward is -inf, not a finite number or null"):
+        f.rows()
+    f = write_lines(tmp_path / "ok.jsonl", '{"step": 0, "pass_rate": null}\n')  # what the trainer writes for NaN
+    assert f.rows() == [{"step": 0, "pass_rate": None}]

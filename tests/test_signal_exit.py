@@ -76,3 +76,61 @@ def test_exit_codes_and_pending_stop_follow_the_signal():
     assert received_signal() == signal.SIGTERM        # still known to the entry point after restore
     StopRequest().install().restore()                   # the next run starts with none
     assert received_signal() is None and pending_stop() is None
+
+
+# ------------------------------------------------------------ the sweep's own process
+SWEEP = ["-m", "loss=cispo,dapo", "train.steps=2", "logger=none", "train.threads=1", "task.think=0",
+         "length.max_new_tokens=8"]
+
+
+def start_sweep(tmp_path):
+    """A two-arm sweep in its own process group, as a terminal runs it (Ctrl-C reaches the group)."""
+    env = {**os.environ, "SCALERL_OUTPUT": str(tmp_path / "out"), "SCALERL_NO_BAR": "1"}
+    log = tmp_path / "sweep.log"
+    proc = subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *SWEEP], cwd=REPO, env=env, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, log
+
+
+def left_over(out_root) -> list[int]:
+    """Processes still alive that were started for this sweep (its environment names ``out_root``)."""
+    mine = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if f"SCALERL_OUTPUT={out_root}".encode() in f.read().split(b"\0"):
+                        mine.append(int(entry))
+            except OSError:
+                pass
+    return mine
+
+
+def test_a_double_ctrl_c_while_arms_start_exits_130_with_one_line_and_no_traceback(tmp_path):
+    proc, log = start_sweep(tmp_path)
+    wait_for(lambda: "running 2 arm(s)" in log.read_text(), proc, log)  # the arms' processes are starting
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert len([line for line in text.splitlines() if "interrupted" in line]) == 1, text[-3000:]
+    wait_for_gone = time.monotonic() + 60
+    while left_over(tmp_path / "out") and time.monotonic() < wait_for_gone:
+        time.sleep(0.5)
+    assert not left_over(tmp_path / "out")
+
+
+def test_sigterm_to_the_sweep_says_interrupted_in_one_line_and_exits_143(tmp_path):
+    proc, log = start_sweep(tmp_path)
+    wait_for(lambda: "running 2 arm(s)" in log.read_text(), proc, log)
+    proc.send_signal(signal.SIGTERM)  # the sweep's process alone, as `kill <pid>` sends it
+    assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
+    text = log.read_text()
+    lines = [line for line in text.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "interrupted (SIGTERM)" in lines[0] and "Traceback" not in text, text[-3000:]
+    wait_for_gone = time.monotonic() + 60
+    while left_over(tmp_path / "out") and time.monotonic() < wait_for_gone:
+        time.sleep(0.5)
+    assert not left_over(tmp_path / "out")

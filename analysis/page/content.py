@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis import io
+from analysis import io, writing
 from analysis.board_text import ranked_units
 from analysis.fit import STATUSES, FitOptions
 from analysis.points_csv import read_points
@@ -219,7 +219,7 @@ def gather(sweep_dir, results_dir=None, *, command=None, fits=None):
     board_path = results / "leaderboard.csv"
     if not board_path.is_file():
         raise io.InputError(f"{board_path}: no leaderboard; run `python -m analysis fit {sweep_dir} --out {results}` first")
-    board = pd.read_csv(board_path, dtype=str, keep_default_na=False)
+    board = writing.restored(pd.read_csv(board_path, dtype=str, keep_default_na=False))  # run names as they are
     try:
         manifest = json.loads((results / "analysis.json").read_text())
     except (OSError, ValueError):
@@ -252,7 +252,7 @@ def gather(sweep_dir, results_dir=None, *, command=None, fits=None):
     forecasts = None
     for path in (results / "extrapolation.csv", sweep_dir / "analysis" / "extrapolation.csv"):
         if path.is_file():
-            forecasts = pd.read_csv(path)
+            forecasts = writing.restored(pd.read_csv(path))
             break
 
     provenance = {

@@ -8,7 +8,8 @@ failed append is rolled back, and on resume they are cut back to the
 checkpoint's step, so no row is lost or duplicated.
 
 Reading a JSONL file is strict: its rows must be JSON objects with strictly
-increasing integer ``step``. Only a last line without its newline (a row cut
+increasing integer ``step`` and no non-finite number (the writer stores null for
+one, so a NaN or Infinity was written by hand or by another program). Only a last line without its newline (a row cut
 short by a kill) is ignored; any other bad line is an error naming the file and
 the line, never a row silently dropped or kept out of order.
 """
@@ -103,6 +104,9 @@ class JsonlFile:
                 raise self._error(number, f"not a JSON row: {line[:80]!r}") from None
             if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row["step"], bool):
                 raise self._error(number, f"not a row with an integer step: {line[:80]!r}")
+            bad = next((k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)), None)
+            if bad is not None:  # ``append`` writes null for a non-finite value (``clean``): never NaN or Infinity
+                raise self._error(number, f"{bad} is {row[bad]}, not a finite number or null")
             if previous is not None and row["step"] <= previous:
                 raise self._error(number, f"step {row['step']} after step {previous}; rows must be strictly "
                                           "increasing in step")

@@ -22,17 +22,20 @@ from omegaconf.errors import OmegaConfBaseException
 from scalerl.config import as_config_error
 from scalerl.config.store import register_schemas
 from scalerl.core.errors import CheckpointsRefused, ConfigError
+from scalerl.core.jsonio import RecordError
 from scalerl.core.paths import conf_dir, sweeps_dir
 from scalerl.launch import faults
 from scalerl.launch.jobs import launchers
 from scalerl.launch.precheck import check_command_line
 from scalerl.launch.rundir import register_resolver
 from scalerl.launch.task import run_arm
+from scalerl.train.signals import raise_on_sigterm
 
 ACTIONS = {"--status": "status", "--dry-run": "dry-run"}
 """scalerl's flags: sweeper actions that launch nothing (they imply ``-m``)."""
 SWEEPER_FLAGS = {"--fresh": "hydra.sweeper.reuse=false"}
-"""scalerl's flags that set the sweeper (``--fresh``: never reuse runs from other studies)."""
+"""scalerl's flags that set the sweeper (``--fresh``: never reuse runs from other studies, and move a run
+of another config out of a pinned run directory, ``task.run_arm``)."""
 COMMAND = "scalerl-sweep"
 """The installed command: Hydra's bash completion binds to a command, and ``python -m`` is not one."""
 
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[scalerl] config error: {e}", file=sys.stderr)
         sys.exit(2)
     register()
+    if {"-m", "--multirun"} & set(sys.argv[1:]):  # the sweep's own process: SIGTERM stops it as Ctrl-C does
+        raise_on_sigterm()
     # Hydra prints its own report of an error (a stripped traceback, or a config search path)
     # unless HYDRA_FULL_ERROR is set, in which case it re-raises. We set it to receive the
     # error, so bad input prints one line naming the key and exits 2, whatever Hydra would do.
@@ -128,6 +133,9 @@ def main(argv: list[str] | None = None) -> None:
             start()
     except CONFIG_ERRORS as e:
         print(f"[scalerl] config error: {as_config_error(e)}", file=sys.stderr)
+        sys.exit(2)
+    except RecordError as e:  # a run record the trainer could not have written: the file and line, no traceback
+        print(f"[scalerl] {e}", file=sys.stderr)
         sys.exit(2)
     except CheckpointsRefused as e:  # every checkpoint refused: the message says what to do, no traceback
         print(f"[scalerl] {e}", file=sys.stderr)

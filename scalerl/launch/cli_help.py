@@ -20,7 +20,8 @@ SCALERL_FLAGS = {
     "-m, --multirun": "run a sweep: every combination of the comma lists is an arm",
     "--dry-run": "expand and validate every arm, list the arms and their cost, launch nothing (implies -m)",
     "--status": "done / running / queued / failed / pending for each arm, launch nothing (implies -m)",
-    "--fresh": "train every arm in this sweep's home, even one whose config hash finished in another study",
+    "--fresh": "train every arm in this sweep's home, even one whose config hash finished in another study; "
+               "a run directory holding another config's run has that run moved aside (<dir>.replaced)",
     "-h, --help": "this help",
     "--hydra-help": "Hydra's own help",
     "--cfg job": "print the composed config of a run and exit (add `--package loss` for one group)",

@@ -54,6 +54,7 @@ from scalerl.launch.app import register
 from scalerl.launch.jobs import failed_return, write_launch_record
 from scalerl.launch.rundir import sweep_run_dir
 from scalerl.registry import async_node
+from scalerl.train.signals import exit_code, signal_of
 
 ARM_PRELOAD = ["scalerl.launch.app", "scalerl.train.loop"]  # what the forkserver imports once per sweep
 SWEEP_POLL_S = 1.0
@@ -87,10 +88,13 @@ def _die_with_sweep(conn, replied: threading.Event) -> None:
 def _arm_process(blob: bytes, conn, gpus: list[str] | None = None) -> None:
     """Target of an arm's process: watch the sweep from the first moment, run the arm, send
     its pickled JobReturn back (or why it could not run), and exit."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the forkserver ignores Ctrl-C; an arm takes it
     replied = threading.Event()
     _die_with_sweep(conn, replied)
     try:
         reply = (True, _child(blob, gpus))
+    except KeyboardInterrupt:  # Ctrl-C before the run took over its signals (start-up): the sweep says it
+        reply = (False, "interrupted while it started; relaunch the sweep to resume it")
     except BaseException as e:  # noqa: BLE001 - any failure is the arm's alone, reported to the parent
         traceback.print_exc()
         reply = (False, f"{type(e).__name__}: {e}")
@@ -166,16 +170,24 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k]))
              for k, (_, cfg) in enumerate(jobs)]
     arms = ArmProcesses(arm_context(), blobs, workers, shares if devices else None)
-    interrupted = False
+    interrupted = None
     try:
         _watch(arms, [sweep_run_dir(cfg) for _, cfg in jobs])
-    except KeyboardInterrupt:  # Ctrl-C reached every arm too (one process group): wait for their checkpoints
-        print("\n[scalerl] interrupted: arms are checkpointing; relaunch the same command to resume", flush=True)
-        interrupted = True
+    except KeyboardInterrupt as e:  # Ctrl-C reached every arm too (one process group): wait for their checkpoints
+        interrupted = signal_of(e)
         arms.queue.clear()
-        arms.drain(deadline_s=STOP_WAIT_S)
-    if interrupted:  # a stopped sweep is not a finished one: no leaderboard of half-trained arms, exit 130
-        raise SystemExit(128 + signal.SIGINT)
+        if interrupted != signal.SIGINT:  # SIGTERM came to this process alone: pass it on to the arms
+            arms.signal_all(interrupted)
+        print(f"\n[scalerl] interrupted ({'Ctrl-C' if interrupted == signal.SIGINT else 'SIGTERM'}): arms are "
+              "checkpointing; relaunch the same command to resume", flush=True)
+        try:
+            arms.drain(deadline_s=STOP_WAIT_S)
+        except KeyboardInterrupt:  # a second one: the arms stop now (signals.py); stop waiting for them
+            arms.drain(deadline_s=0)
+    if interrupted is not None:  # a stopped sweep is not a finished one: no leaderboard of half-trained arms
+        for s in (signal.SIGINT, signal.SIGTERM):  # one more while this process exits changes nothing
+            signal.signal(s, signal.SIG_IGN)
+        raise SystemExit(exit_code(interrupted))  # 130 after Ctrl-C, 143 after SIGTERM
     results: list[JobReturn] = []
     for k, (overrides, cfg) in enumerate(jobs):
         ok, payload = arms.replies.get(k, (False, "the arm was never started"))
@@ -184,9 +196,21 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
 
 
 def arm_context():
-    """The multiprocessing context arms start in: forked from a server that imported ``ARM_PRELOAD``."""
+    """The multiprocessing context arms start in: forked from a server that imported ``ARM_PRELOAD``.
+
+    The server starts with SIGINT ignored (an ignored signal stays ignored across exec): a Ctrl-C
+    while it imports ``ARM_PRELOAD`` (seconds) would otherwise kill it with a traceback on the
+    terminal. Each arm takes SIGINT back as it starts (``_arm_process``)."""
+    from multiprocessing import forkserver
+
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(ARM_PRELOAD)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+    try:
+        forkserver.ensure_running()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     return ctx
 
 
@@ -217,6 +241,14 @@ class ArmProcesses:
         self.replies: dict[int, tuple[bool, object]] = {}
         self.replied_at: dict[int, float] = {}  # arm index -> when its reply came (its process should end)
 
+    def signal_all(self, signum: int) -> None:
+        """Send ``signum`` to every live arm (a SIGTERM the sweep's process alone received)."""
+        for proc, _ in self.live.values():
+            try:
+                os.kill(proc.pid, signum)
+            except (ProcessLookupError, TypeError):  # ended, or not started
+                pass
+
     def drain(self, deadline_s: float) -> None:
         """Wait for the live arms to end (after Ctrl-C they checkpoint and exit); past ``deadline_s``
         terminate the rest, so one hung arm cannot hang the sweep."""
@@ -236,7 +268,13 @@ class ArmProcesses:
             reader, writer = self.ctx.Pipe(duplex=False)
             proc = self.ctx.Process(target=_arm_process, args=(self.blobs[k], writer, gpus),
                                     name=f"scalerl-arm-{k}")
-            proc.start()
+            # Ctrl-C or SIGTERM mid-start would cut the pickled arm short, and the new process would die
+            # with a traceback on the terminal: they wait (blocked) until it has started.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             writer.close()  # the child holds the only writer: its death is an EOF here
             self.live[k] = (proc, reader)
 

@@ -110,6 +110,79 @@ def sweep_run_dir(cfg: DictConfig) -> Path:
     return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
 
 
+def _flat(obj, prefix: str = "") -> dict:
+    if not isinstance(obj, dict):
+        return {prefix: obj}
+    out = {}
+    for k, v in obj.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def differing_keys(old: dict, new: dict) -> list[str]:
+    """The dotted keys whose values differ between two ``hashable`` configs (present in one only included)."""
+    a, b = _flat(old), _flat(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, _MISSING) != b.get(k, _MISSING))
+
+
+_MISSING = object()
+
+
+def has_records(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run's progress: a checkpoint or a metric row."""
+    metrics = Path(run_dir) / "metrics.jsonl"
+    return any((Path(run_dir) / "checkpoints").glob("step_*")) or (metrics.exists() and metrics.stat().st_size > 0)
+
+
+def foreign_run(run_dir: Path, cfg: DictConfig) -> str | None:
+    """Why resuming ``cfg`` in ``run_dir`` would mix two runs, or None.
+
+    A run directory belongs to one config: its ``config.yaml`` (written at every start)
+    is the config its checkpoints and rows were trained with. A directory with nothing
+    to resume, or without a readable ``config.yaml`` (a run from before scalerl wrote one),
+    is not refused here; its checkpoints are still checked (``train/checkpoint.py``).
+    """
+    run_dir = Path(run_dir)
+    if not has_records(run_dir):
+        return None
+    try:
+        old = hashable(OmegaConf.load(run_dir / "config.yaml"))
+    except Exception:  # missing or unreadable: nothing to compare with
+        return None
+    new = hashable(cfg)
+    if stable_hash(old) == stable_hash(new):
+        return None
+    a, b, keys = _flat(old), _flat(new), differing_keys(old, new)
+    # another option of a group (loss=dapo for loss=cispo) differs in its own fields too: name the option only
+    swapped = {k[:-len(".name")] for k in keys if k.endswith(".name")}
+    keys = [k for k in keys if k.endswith(".name") or k.rsplit(".", 1)[0] not in swapped]
+    said = [f"{k} ({a.get(k, '<unset>')} -> {b.get(k, '<unset>')})" for k in keys]
+    shown = ", ".join(said[:6]) + (f" and {len(said) - 6} more" if len(said) > 6 else "")
+    return (f"{run_dir} holds a run of another config (hash {stable_hash(old)}, this one is {stable_hash(new)}; "
+            f"they differ in {shown}); resuming would mix two runs, so nothing was changed")
+
+
+def aside_path(run_dir: Path) -> Path:
+    """Where ``--fresh`` moves a foreign run's files: a sibling directory that does not exist yet."""
+    run_dir = Path(run_dir)
+    n, path = 1, run_dir.with_name(f"{run_dir.name}.replaced")
+    while path.exists():
+        n += 1
+        path = run_dir.with_name(f"{run_dir.name}.replaced-{n}")
+    return path
+
+
+def move_aside(run_dir: Path, keep: set[str]) -> Path:
+    """Move every entry of ``run_dir`` but ``keep`` (the lock, Hydra's own files) to ``aside_path``."""
+    run_dir = Path(run_dir)
+    target = aside_path(run_dir)
+    target.mkdir(parents=True)
+    for entry in sorted(run_dir.iterdir()):
+        if entry.name not in keep:
+            os.replace(entry, target / entry.name)
+    return target
+
+
 def axes(cfg) -> dict:
     return {a: str(OmegaConf.select(cfg, f"{a}.name")) for a in run_axes()}
 

@@ -38,6 +38,7 @@ from scalerl.config import ConfigError, as_config_error, check, check_environmen
 from scalerl.config.resources import check_resources
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import cost_plan, early_stop, rundir
+from scalerl.launch.inputs import check_inputs
 from scalerl.launch.jobs import check_launcher, launcher_world_size
 from scalerl.launch.sweep_summary import sweep_wandb, write_leaderboard
 from scalerl.launch.expansion import MAX_ARMS, Progress, check_size, sweep_size
@@ -128,6 +129,7 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
         try:
             cfg = config_loader.load_sweep_config(config, list(overrides))
             obj = validate(job_config(cfg), world_size=launcher_world_size(cfg))
+            check_inputs(obj, this_machine=_trains_here(cfg))  # the sandbox (here only), task files, model=hf
             if _trains_here(cfg):  # a SLURM sweep's arms run elsewhere: their machine is checked there
                 check_environment(obj)
                 generator_nodes = int(OmegaConf.select(cfg, "async.generator_nodes", default=0) or 0)

@@ -26,10 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from scalerl.config import ConfigError, check_environment, validate
 from scalerl.config.resources import check_resources
-from scalerl.core.jsonio import JsonlFile, read_json, write_json_atomic, write_text_atomic
+from scalerl.core.jsonio import JsonlFile, RecordError, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
 from scalerl.launch.cost_plan import ESTIMATE_FILE, spent
+from scalerl.launch.inputs import check_inputs
 from scalerl.launch.roles import run_generator_node, slurm_role
 from scalerl.models.extensions import diagnose_broken_extensions
 from scalerl.registry import async_node
@@ -107,26 +108,41 @@ def _discard_if_empty(run_dir: Path) -> None:
             break
 
 
+def _refuse(e: ConfigError) -> None:
+    """One run: the message alone, exit 2. An arm of a sweep: raised, the sweeper reports it with the arm."""
+    if HydraConfig.get().mode == RunMode.RUN:
+        print(f"[scalerl] config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise e
+
+
 def run_arm(cfg: DictConfig) -> dict:
     started = time.time()  # before the trainer's imports: a generator node's reference (roles.py)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         obj = validate(cfg)
         check_environment(obj)  # CUDA, vLLM: before the run directory fills and the warm start runs
+        check_inputs(obj)  # the sandbox, the task files, model=hf's config.json: as a --dry-run checked them
         _, warnings = check_resources(obj, OmegaConf.select(HydraConfig.get(), "launcher", default=None))
         node = async_node(obj)
         role = slurm_role(node.generator_nodes, node.generators)  # SLURM node roles (roles.py)
     except ConfigError as e:
-        if HydraConfig.get().mode == RunMode.RUN:  # one run: the message alone, exit 2, no empty run directory
+        if HydraConfig.get().mode == RunMode.RUN:  # no empty run directory left behind
             _discard_if_empty(run_dir)
-            print(f"[scalerl] config error: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
-        raise  # an arm of a sweep: the sweeper reports it with the arm
+        _refuse(e)
     if HydraConfig.get().mode == RunMode.RUN:  # a sweep's parent said these already
         for w in warnings:
             print(f"[scalerl] warning: {w}", file=sys.stderr)
     summary_path = run_dir / "summary.json"
-    previous = read_json(summary_path) or {}
+    # A run directory belongs to one config (a pinned hydra.run.dir reused with other overrides):
+    # refused before anything is written, or with --fresh the other run's files are moved aside.
+    fresh = OmegaConf.select(HydraConfig.get(), "sweeper.reuse", default=True) is False
+    foreign = rundir.foreign_run(run_dir, cfg)
+    if foreign and not fresh:
+        key = "hydra.run.dir" if HydraConfig.get().mode == RunMode.RUN else "hydra.sweep.dir"
+        _refuse(ConfigError(key, foreign, f"give a new {key}, or add --fresh to move that run to "
+                                          f"{rundir.aside_path(run_dir)} and start this one from step 0"))
+    previous = {} if foreign else read_json(summary_path) or {}
     if previous.get("status") == "done":
         print(f"[scalerl] {run_dir.name} already finished; skipping (delete {summary_path} to rerun)")
         return previous
@@ -153,7 +169,7 @@ def run_arm(cfg: DictConfig) -> dict:
         return train(obj, run_dir, run_name=run_dir.name, group=obj.study, config_dict={})
     try:
         with run_lock(run_dir):
-            result = _train_locked(cfg, obj, run_dir, meta, train)
+            result = _train_locked(cfg, obj, run_dir, meta, train, fresh=fresh)
     except RunBusy as busy:  # a second sweep on this directory: the first one owns this run
         print(f"[scalerl] {run_dir.name} is {busy}; leaving it to that process")
         return {**meta, "status": "busy", "holder": busy.holder}
@@ -163,8 +179,29 @@ def run_arm(cfg: DictConfig) -> dict:
     return result
 
 
-def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train) -> dict:
+def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train, *, fresh: bool = False) -> dict:
     summary_path = run_dir / "summary.json"
+    if fresh and rundir.foreign_run(run_dir, cfg):  # --fresh: the other config's run moves aside, whole
+        hydra = HydraConfig.get()
+        aside = rundir.move_aside(run_dir, keep={".lock", str(hydra.output_subdir), f"{hydra.job.name}.log"})
+        print(f"[scalerl] --fresh: the run of another config in {run_dir} was moved to {aside}")
+    # A checkpoint from another run (copied in, renamed) is refused before anything is written.
+    from scalerl.train.checkpoint import check_checkpoints  # torch: already imported with the trainer
+
+    try:
+        check_checkpoints(run_dir, meta["config_hash"])
+    except ConfigError as e:
+        _refuse(e)
+    # A corrupt row (half-written mid-file, out of order, non-finite) stops the resume before anything
+    # is written or started, not after the warm start: the trainer would refuse it there anyway.
+    for name in ("metrics.jsonl", "steps.jsonl"):
+        try:
+            JsonlFile(run_dir / name).rows()
+        except RecordError as e:
+            if HydraConfig.get().mode == RunMode.RUN:
+                print(f"[scalerl] {e}", file=sys.stderr)
+                raise SystemExit(2) from None
+            raise
     if (read_json(summary_path) or {}).get("status") == "done":  # finished while we waited for the lock
         print(f"[scalerl] {run_dir.name} already finished; skipping (delete {summary_path} to rerun)")
         return read_json(summary_path)

@@ -12,7 +12,7 @@ from typing import Optional
 
 from omegaconf import MISSING
 
-from scalerl.core.errors import check
+from scalerl.core.errors import ConfigError, check
 from scalerl.models.base import ModelConfig, WarmStartConfig
 
 
@@ -52,7 +52,26 @@ def check_checkpoint_dir(text: str) -> Path:
     check(path.is_dir(), "model.path", f"{str(path)!r} is a file, not a Hugging Face checkpoint directory")
     check((path / "config.json").is_file(), "model.path",
           f"{str(path)!r} is not a Hugging Face checkpoint directory (no config.json)")
+    try:
+        config = json.loads((path / "config.json").read_bytes())
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8 or not JSON
+        raise ConfigError("model.path", f"{str(path / 'config.json')!r} is not a readable JSON file ({e})") from None
+    check(isinstance(config, dict), "model.path", f"{str(path / 'config.json')!r} holds a {type(config).__name__}, "
+                                                  "not a JSON object")
     return path
+
+
+def check_hf_config(text: str) -> None:
+    """``model.path``'s config.json as transformers reads it (field types included, e.g. an integer
+    ``vocab_size``): before any process starts, not when the trainer loads the model a minute in."""
+    path = check_checkpoint_dir(text)
+    from transformers import AutoConfig  # heavy; only for model=hf, which loads it anyway
+
+    try:
+        AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # transformers raises many kinds (OSError, ValueError, its strict-dataclass errors)
+        raise ConfigError("model.path", f"{str(path / 'config.json')!r}: transformers cannot read it: "
+                                        f"{' '.join(str(e).split())[:400]}") from None
 
 
 def prepare_hf(cfg: HFModelConfig, cache_dir: Path, *, log=print) -> Path:

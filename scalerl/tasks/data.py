@@ -34,18 +34,28 @@ def read_records(path: str, key: str = "task.path") -> list[dict]:
         import pyarrow.parquet as pq  # heavy; only when a Parquet file is read
 
         return pq.read_table(p).to_pylist()
-    if p.suffix == ".json":
-        rows = json.loads(p.read_text())
-        check(isinstance(rows, list), key, f"{path!r}: a .json file must hold a list of records")
-        return rows
-    rows = []
-    with open(p) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise ConfigError(key, f"{path!r} line {n} is not JSON: {e}") from None
+    try:
+        if p.suffix == ".json":
+            try:
+                rows = json.loads(p.read_text(encoding="utf-8"))
+            except UnicodeDecodeError:
+                raise
+            except ValueError as e:
+                raise ConfigError(key, f"{path!r} is not JSON: {e}") from None
+            check(isinstance(rows, list), key, f"{path!r}: a .json file must hold a list of records")
+            return rows
+        rows = []
+        with open(p, encoding="utf-8") as f:  # JSON is UTF-8 (RFC 8259), whatever the machine's locale
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError as e:
+                        raise ConfigError(key, f"{path!r} line {n} is not JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(key, f"{path!r} is not UTF-8 text ({e.reason} at byte {e.start}); JSON files are UTF-8") from None
+    for n, row in enumerate(rows):
+        check(isinstance(row, dict), key, f"{path!r} record {n} is a {type(row).__name__}, not an object with fields")
     return rows
 
 

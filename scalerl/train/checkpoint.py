@@ -14,14 +14,17 @@ when saving, not when loading.
 """
 from __future__ import annotations
 
+import json
 import numbers
 import os
+import re
 from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from scalerl.core.errors import CheckpointsRefused  # noqa: F401 (raised by sharded_checkpoint, caught by the entry point)
+from scalerl.core.errors import ConfigError
 from scalerl.core.jsonio import os_reason
 
 ATOMS = (bool, int, float, str, type(None))
@@ -105,3 +108,48 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict, model: torch.nn.Mod
 def load_plain(path: Path) -> dict:
     """One plain checkpoint, tensors and plain data only (``weights_only``)."""
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def step_of(path: Path) -> int:
+    """The step in a checkpoint's name (``step_00000012.pt`` or the sharded ``step_00000012/``)."""
+    return int(re.search(r"step_(\d+)", Path(path).name).group(1))
+
+
+def identity(path: Path) -> dict | None:
+    """A checkpoint's own record of the step it was saved at and its run's ``config_hash``
+    (None in checkpoints from before it was recorded); None when it cannot be read (resume's
+    fallback handles a damaged file). A plain one is memory-mapped: its tensors are not read."""
+    try:
+        if Path(path).is_dir():
+            extra = json.loads((Path(path) / "extra.json").read_text())
+        else:
+            extra = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return {"step": extra["state"]["step"], "config_hash": extra.get("config_hash")}
+    except Exception:
+        return None
+
+
+def foreign(path: Path, config_hash: str | None) -> str | None:
+    """Why the checkpoint at ``path`` is not this run's, or None: the step inside is not the one
+    in its name (a renamed file), or it was written by a run of another config hash."""
+    ident = identity(path)
+    if ident is None:
+        return None
+    if ident["step"] != step_of(path):
+        return f"holds step {ident['step']}, but its name says step {step_of(path)}: it was renamed or copied in"
+    if config_hash and ident["config_hash"] and ident["config_hash"] != config_hash:
+        return (f"was written by a run of config hash {ident['config_hash']}, this run's is {config_hash}: "
+                "it comes from another run")
+    return None
+
+
+def check_checkpoints(run_dir: Path, config_hash: str | None) -> None:
+    """Refuse (one line naming the file) a run directory holding a checkpoint of another run:
+    loading it would continue someone else's weights under this run's rows."""
+    for path in sorted(ckpt_dir(run_dir).glob("step_*")):
+        if path.name.startswith("."):
+            continue
+        why = foreign(path, config_hash)
+        if why:
+            raise ConfigError(str(path), f"{why}; nothing was loaded or changed",
+                              f"move {path} away, or give a new hydra.run.dir")

@@ -134,11 +134,15 @@ def _load_one(path: Path, r) -> dict:
     """One checkpoint into ``r``'s model and optimizer; returns its extra state."""
     if path.is_dir():
         extra = json.loads((path / EXTRA).read_text())
+        if extra["state"]["step"] != _step(path):
+            raise ValueError(f"holds step {extra['state']['step']}, but its name says step {_step(path)}")
         _load_dcp(path, r)
         if extra.get("optimizer_fresh"):
             _forget(r.optimizer)
         return extra
     ck = load_plain(path)
+    if ck["state"]["step"] != _step(path):  # a renamed file: its weights are not this step's
+        raise ValueError(f"holds step {ck['state']['step']}, but its name says step {_step(path)}")
     _load_full(ck["model"], ck["optimizer"], r)
     return {k: ck[k] for k in ("scheduler", "sampler", "state", "async") if k in ck}
 

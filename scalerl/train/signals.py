@@ -42,6 +42,33 @@ def exit_code(signum: int | None) -> int:
     return 128 + int(signum if signum is not None else signal.SIGINT)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM in a sweep's own process, raised where it lands as Ctrl-C's KeyboardInterrupt is, so the
+    sweep stops its arms the same way; ``signum`` gives the exit status (``exit_code``)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_on_sigterm() -> None:
+    """In a sweep's own process (never a run's: its StopRequest takes SIGTERM only while it is the
+    default), SIGTERM raises ``Interrupted``; the entry point says "interrupted" and exits 143."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+def signal_of(interrupt: KeyboardInterrupt) -> int:
+    """The signal behind a KeyboardInterrupt: SIGTERM for ``Interrupted``, else SIGINT (Ctrl-C)."""
+    return getattr(interrupt, "signum", signal.SIGINT)
+
+
 class StopRequest:
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 

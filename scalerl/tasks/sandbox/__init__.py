@@ -9,6 +9,6 @@ about tasks, models or training. The threat model and each backend's guarantees 
 docs/sandbox.md.
 """
 from scalerl.tasks.sandbox.config import SandboxConfig
-from scalerl.tasks.sandbox.runner import Job, RunResult, Sandbox, TestRun, namespaces_available
+from scalerl.tasks.sandbox.runner import Job, RunResult, Sandbox, TestRun, namespaces_available, refusal
 
-__all__ = ["Job", "RunResult", "Sandbox", "SandboxConfig", "TestRun", "namespaces_available"]
+__all__ = ["Job", "RunResult", "Sandbox", "SandboxConfig", "TestRun", "namespaces_available", "refusal"]

@@ -160,6 +160,38 @@ def namespaces_available(cfg: SandboxConfig) -> str:
         return _PROBES[exe]
 
 
+def isolation(cfg: SandboxConfig) -> str:
+    """The isolation ``cfg`` gets on this machine: namespaces, or process."""
+    if cfg.isolation == "process":
+        return "process"
+    return "process" if namespaces_available(cfg) else "namespaces"
+
+
+def refusal(cfg: SandboxConfig) -> str:
+    """Why ``cfg`` cannot grade on this machine ("" if it can). Asked by ``Sandbox`` and, before any
+    process starts, by the launch's input checks (a sweep's --dry-run included)."""
+    exe, paths = _python(cfg)
+    if cfg.isolation != "process":
+        why = namespaces_available(cfg)
+        if why and cfg.isolation == "namespaces":
+            return f"task.sandbox.isolation=namespaces: {why} (docs/sandbox.md)"
+        if why and not cfg.unsafe_process_isolation:
+            return (f"sandbox: bubblewrap is unavailable ({why}); install it (apt-get install bubblewrap), or set "
+                    "task.sandbox.unsafe_process_isolation=true to grade under process isolation, which leaves the "
+                    "file system, /dev/shm, SysV IPC and (as a non-root user) the grader's processes open to the "
+                    "programs (docs/sandbox.md)")
+    elif not cfg.unsafe_process_isolation:
+        return ("task.sandbox.isolation=process leaves the file system, /dev/shm, SysV IPC and (as a non-root user) "
+                "the grader's processes open to the programs; set task.sandbox.unsafe_process_isolation=true to "
+                "accept that (docs/sandbox.md)")
+    if isolation(cfg) == "process" and os.geteuid() == 0:
+        hidden = [q for q in paths if not _world_readable(q)]
+        if hidden:
+            return (f"task.sandbox.isolation=process runs code under a throwaway uid, which cannot read {hidden[0]}; "
+                    "install bubblewrap (namespaces) or set task.sandbox.python to a world-readable interpreter")
+    return ""
+
+
 class Sandbox:
     """Runs jobs under ``cfg``'s limits and isolation. Thread-safe; holds no processes between runs."""
 
@@ -167,32 +199,13 @@ class Sandbox:
         self.cfg = cfg
         self.exe, self.paths = _python(cfg)
         self.root = os.geteuid() == 0
-        self.isolation = cfg.isolation
-        if cfg.isolation != "process":
-            why = namespaces_available(cfg)
-            if why and cfg.isolation == "namespaces":
-                raise RuntimeError(f"task.sandbox.isolation=namespaces: {why} (docs/sandbox.md)")
-            if why and not cfg.unsafe_process_isolation:
-                raise RuntimeError(
-                    f"sandbox: bubblewrap is unavailable ({why}); install it (apt-get install bubblewrap), or set "
-                    "task.sandbox.unsafe_process_isolation=true to grade under process isolation, which leaves the "
-                    "file system, /dev/shm, SysV IPC and (as a non-root user) the grader's processes open to the "
-                    "programs (docs/sandbox.md)")
-            if why:
-                warnings.warn(f"sandbox: namespaces unavailable ({why}); falling back to process isolation, "
-                              "which cannot hide the file system (docs/sandbox.md)", RuntimeWarning, stacklevel=2)
-            self.isolation = "process" if why else "namespaces"
-        elif not cfg.unsafe_process_isolation:
-            raise RuntimeError(
-                "task.sandbox.isolation=process leaves the file system, /dev/shm, SysV IPC and (as a non-root user) "
-                "the grader's processes open to the programs; set task.sandbox.unsafe_process_isolation=true to "
-                "accept that (docs/sandbox.md)")
-        if self.isolation == "process" and self.root:
-            hidden = [q for q in self.paths if not _world_readable(q)]
-            if hidden:
-                raise RuntimeError(
-                    f"task.sandbox.isolation=process runs code under a throwaway uid, which cannot read {hidden[0]}; "
-                    "install bubblewrap (namespaces) or set task.sandbox.python to a world-readable interpreter")
+        why = refusal(cfg)
+        if why:
+            raise RuntimeError(why)
+        self.isolation = isolation(cfg)
+        if self.isolation == "process" and cfg.isolation == "auto":
+            warnings.warn(f"sandbox: namespaces unavailable ({namespaces_available(cfg)}); falling back to process "
+                          "isolation, which cannot hide the file system (docs/sandbox.md)", RuntimeWarning, stacklevel=2)
 
     def map(self, jobs: list[Job]) -> list[RunResult]:
         """Run ``jobs`` in parallel (``cfg.workers`` at a time, default one per core); results in order."""
