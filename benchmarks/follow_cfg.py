@@ -77,7 +77,7 @@ def follow(overrides: list[str]) -> dict:
             caller = caller.f_back
         up = module_of(caller) if caller is not None else None
         name = frame.f_code.co_name
-        if state["setup"] and name == "rollout" and mod in ("train/schedule.py", "train/pipeline.py"):
+        if state["setup"] and name == "rollout" and mod in ("train/schedules/local.py", "train/schedules/pipeline.py"):
             state["setup"] = False  # the first step begins: set-up is over
         if state["setup"] and mod != up and carries_cfg(frame):
             seen["modules"].add(mod)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import scalerl.train.loop as loop
-import scalerl.train.schedule as schedule
+import scalerl.train.schedules.local as schedule
 from scalerl.config import compose, validate
 
 

@@ -15,7 +15,7 @@ from scalerl.models.policy import token_logprobs
 from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.rollout import rollout
 from scalerl.train.run_plan import plan_run
-from scalerl.train.setup import build_run, engine_road, prepare_checkpoint
+from scalerl.train.setup import build_run, engine_end, prepare_checkpoint
 from scalerl.train.sharded_checkpoint import resume, save_sharded
 from scalerl.train.sharding import full_state_dict
 from scalerl.train.update import policy_update
@@ -35,7 +35,7 @@ def rl_step(plan, r, dist, *, prompts: int, group: int, seed: int = 0, version: 
     adv = torch.randn(prompts, group, generator=torch.Generator().manual_seed(seed))
     upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, torch.ones(prompts, dtype=torch.bool), plan.recipe,
                         minibatches=2, grad_clip=1.0, temperature=1.0, mine=slice(0, prompts), dist=dist)
-    engine_road(plan, r).publish(version)  # the in-process engine's road, as the schedule takes it
+    engine_end(plan, r).publish(version)  # the in-process engine's road, as the schedule takes it
     return ro, upd
 
 
@@ -90,7 +90,7 @@ def check_sharded_round_trip(cfg, device: torch.device, tmp_path) -> None:
         save_sharded(tmp_path, 1, r.model, r.optimizer, extra, dist=dist)
         r2 = build_run(plan, task, ckpt)
         assert resume(tmp_path, r2)["state"] == {"step": 1}
-        engine_road(plan, r2).publish(1)  # as the schedule's start does after a resume
+        engine_end(plan, r2).publish(1)  # as the schedule's start does after a resume
         a, b = full_state_dict(r.model), full_state_dict(r2.model)
         assert all(torch.equal(a[k], b[k]) for k in a)
         sa, sb = r.optimizer.state_dict()["state"], r2.optimizer.state_dict()["state"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scalerl.generation.fleet.pool import GeneratorPool
-from scalerl.train.pipeline import PipelineSchedule
+from scalerl.train.schedules.pipeline import PipelineSchedule
 
 WORKER = (str(Path(__file__).with_name("paced_worker.py")),)
 

@@ -20,7 +20,7 @@ import pytest
 from helpers import ANSWERS_ONLY, REPO
 
 DOCS = (REPO / "docs" / "architecture.md").read_text()
-RECIPE = DOCS[DOCS.index("## Adding an option"):]
+RECIPE = DOCS[DOCS.index("## Adding an option"):DOCS.index("## Adding an async mode")]
 
 CLAMP = '''
     def clamp(self) -> str:

@@ -320,7 +320,7 @@ def test_ppo_off_policy_k1_is_sync_and_k3_trains_three_steps_per_phase(tiny_cfg,
     run(tiny_cfg(*short, "async=ppo_off_policy", "async.k=1"), tmp_path / "k1")
     assert rows(tmp_path / "k1") == rows(tmp_path / "sync")
     events = []
-    import scalerl.train.schedule as schedule
+    import scalerl.train.schedules.local as schedule
 
     real_rollout, real_step = schedule.rollout, torch.optim.AdamW.step
     monkeypatch.setattr(schedule, "rollout", lambda *a, **k: events.append("gen") or real_rollout(*a, **k))

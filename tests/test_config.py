@@ -248,7 +248,7 @@ def test_pipeline_rl_runs_the_vllm_engine_but_refuses_a_sharded_one_naming_the_k
 
 
 def test_vllm_takes_its_body_dtype_from_generation_dtype_not_precision_generator_body():
-    # A torch sampler would otherwise replace vLLM for the training batches (train/setup.py::own_generator).
+    # A torch sampler would otherwise replace vLLM for the training batches (train/run_plan.py::road_kind).
     validate(compose(["generation=vllm", "generation.dtype=bfloat16", "precision=bf16", "async=sync"]))
     validate(compose(["precision=bf16", "precision.generator_body=float32", "async=sync"]))  # torch: fine
     with pytest.raises(ConfigError) as e:

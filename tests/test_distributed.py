@@ -186,7 +186,7 @@ def pipe(pair):
 @PAIR
 def test_two_ranks_with_generator_processes_reproduce_one_synchronous_rank(pipe):
     """pipeline_rl at max_lag 0 with 2 trainer ranks and 2 generators: rank 0 collects and scores
-    each batch and hands every rank its share (train/pipeline.py), so the samples are the 1-rank
+    each batch and hands every rank its share (train/schedules/pipeline.py), so the samples are the 1-rank
     sync run's exactly and the weights equal it to float rounding, as for 2 sync ranks."""
     root, _, start = pipe
     derived = json.loads((root / "pipe" / "derived.json").read_text())

@@ -1,6 +1,6 @@
 """PipelineRL (``async=pipeline_rl``, the default recipe) with several trainer ranks: rank 0
 owns the generator processes and hands each rank its share of the scored batch
-(``train/pipeline.py``). A rank's share by hand; what validation still refuses; the default
+(``train/schedules/pipeline.py``). A rank's share by hand; what validation still refuses; the default
 recipe through ``torchrun ... -m scalerl.sweep``. That N ranks with generators reproduce the
 1-rank synchronous run (samples and weights), and resume exactly, is tested beside the other
 rank-count equivalences in ``tests/test_distributed.py``."""

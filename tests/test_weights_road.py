@@ -1,10 +1,18 @@
 """The road the weights take (train/weights.py): the in-process engine gets every version, the
-generators elsewhere only those the interleaving pushes, and a start reaches every end."""
+generators elsewhere only those the interleaving pushes, and a start reaches every end; the one
+table that picks the road's ends, and the schedule each async mode names."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from scalerl.asynchrony.base import Interleaving
+from scalerl.config import compose, validate
+from scalerl.registry import async_node
+from scalerl.train.run_plan import road_kind
+from scalerl.train.schedules import schedule_class
+from scalerl.train.schedules.local import LocalSchedule
+from scalerl.train.schedules.pipeline import PipelineSchedule
 from scalerl.train.weights import Copy, LoadWeights, Road, SharedModule
 
 
@@ -64,3 +72,30 @@ def test_copy_writes_the_trainers_weights_into_the_engines_own_model():
     Copy(trainer, policy, gen).publish(2)
     assert gen.version == 2 and own.weight.dtype == torch.bfloat16
     assert torch.equal(own.weight.float(), torch.tensor([[0.5, 1.5], [-3.0, 2.0]]))
+
+
+# The one table from the plan to the road (run_plan.road_kind; docs/architecture.md, 'The road for the weights').
+@pytest.mark.parametrize("generators,samples_policy,sharded,own_dtype,engine,batches", [
+    (1, False, False, False, "version", "remote"),    # vLLM in generator processes: only the version here
+    (2, False, True, True, "version", "remote"),
+    (1, True, False, True, "shared", "remote"),       # the torch engine: its own dtype goes to the generators
+    (1, True, True, False, "copy", "remote"),
+    (0, False, False, True, "load_weights", None),    # vLLM in the trainer's process samples the batches too
+    (0, True, False, False, "shared", None),          # the default's sync run in fp32: one module, no copy
+    (0, True, False, True, "shared", "own_sampler"),  # precision.generator_body=engine: bf16-rounded sampler
+    (0, True, True, False, "copy", None),
+    (0, True, True, True, "copy", "own_sampler"),
+])
+def test_the_road_table_row_by_row(generators, samples_policy, sharded, own_dtype, engine, batches):
+    kind = road_kind(generators=generators, samples_policy=samples_policy, sharded=sharded, own_dtype=own_dtype)
+    assert (kind.engine, kind.batches) == (engine, batches)
+
+
+@pytest.mark.parametrize("option,generators,schedule", [
+    ("sync", 0, LocalSchedule), ("sync", 2, PipelineSchedule), ("ppo_off_policy", 0, LocalSchedule),
+    ("ppo_off_policy", 1, PipelineSchedule), ("pipeline_rl", 1, PipelineSchedule)])
+def test_each_async_mode_names_the_schedule_that_carries_it_out(option, generators, schedule):
+    node = async_node(validate(compose([f"async={option}", f"async.generators={generators}"])))
+    assert schedule_class(node.schedule()) is schedule
+    with pytest.raises(LookupError, match="scalerl/train/schedules/local.py"):
+        schedule_class("local.NoSuchSchedule")

@@ -8,6 +8,7 @@ is ``s - 1 - g`` versions stale.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,6 +18,11 @@ from scalerl.core.errors import check
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+IN_PROCESS = "local.LocalSchedule"
+"""The schedule where the trainer's process generates (``scalerl/train/schedules/local.py``)."""
+GENERATOR_PROCESSES = "pipeline.PipelineSchedule"
+"""The schedule where generator processes stream (``scalerl/train/schedules/pipeline.py``)."""
 
 @dataclass
 class AsyncConfig:
@@ -51,6 +57,19 @@ class AsyncConfig:
               f"one generator per generator node: async.generators ({self.generators}) must be at least "
               f"async.external_generators + async.generator_nodes "
               f"({self.external_generators} + {self.generator_nodes})")
+
+    @abstractmethod
+    def schedule(self) -> str:
+        """The schedule that carries this option out, as ``"<module>.<Class>"`` of
+        ``scalerl/train/schedules/`` (``IN_PROCESS``, ``GENERATOR_PROCESSES``, or a module of the
+        option's own). A name, not the class: this axis sits below ``train/``, which resolves it
+        once at set-up (``schedules.schedule_class``). Where the batches come from fixes the
+        road the weights take (``run_plan.road_kind``): generator processes when
+        ``generators >= 1``, else the trainer's process.
+
+        Every option defines it. ``@abstractmethod`` here is a marker, as on ``LossConfig.clamp``:
+        validation refuses an option whose schema still inherits it, naming ``async``."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

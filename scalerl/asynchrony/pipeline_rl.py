@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.asynchrony.base import AsyncConfig, Interleaving
+from scalerl.asynchrony.base import GENERATOR_PROCESSES, AsyncConfig, Interleaving
 from scalerl.core.errors import check
 
 
@@ -31,6 +31,9 @@ class PipelineRLConfig(AsyncConfig):
               f"pipeline_rl streams from generator processes: must be >= 1, got {self.generators}")
         check(self.max_lag >= 0, "async.max_lag", f"must be >= 0, got {self.max_lag}")
         check(self.lookahead >= -1, "async.lookahead", f"must be >= 0, or -1 (up to async.max_lag), got {self.lookahead}")
+
+    def schedule(self) -> str:
+        return GENERATOR_PROCESSES
 
 
 def pipeline_rl_interleaving(*, cfg: PipelineRLConfig) -> Interleaving:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.asynchrony.base import AsyncConfig, Interleaving
+from scalerl.asynchrony.base import GENERATOR_PROCESSES, IN_PROCESS, AsyncConfig, Interleaving
 from scalerl.core.errors import check
 
 
@@ -19,6 +19,9 @@ class PPOOffPolicyConfig(AsyncConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.k >= 1, "async.k", f"must be >= 1, got {self.k}")
+
+    def schedule(self) -> str:
+        return IN_PROCESS if self.generators == 0 else GENERATOR_PROCESSES
 
 
 def ppo_off_policy_interleaving(*, cfg: PPOOffPolicyConfig) -> Interleaving:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scalerl.asynchrony.base import AsyncConfig, Interleaving
+from scalerl.asynchrony.base import GENERATOR_PROCESSES, IN_PROCESS, AsyncConfig, Interleaving
 
 
 @dataclass
 class SyncConfig(AsyncConfig):
-    pass
+    def schedule(self) -> str:
+        return IN_PROCESS if self.generators == 0 else GENERATOR_PROCESSES
 
 
 def sync_interleaving(*, cfg: SyncConfig) -> Interleaving:

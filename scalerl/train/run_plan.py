@@ -21,7 +21,7 @@ from scalerl.config import check_ranks
 from scalerl.config.derive import Derived, derive
 from scalerl.models.load import compute_dtype, load_tokenizer
 from scalerl.precision.base import Heads
-from scalerl.registry import Recipe, build_recipe
+from scalerl.registry import Recipe, async_node, build_recipe
 from scalerl.train.distributed import Dist
 from scalerl.train.rollout import encode_phrase
 
@@ -54,7 +54,7 @@ class RunPlan:
     dist: Dist
     """This process's rank, the ranks, the device and the mesh (None: not sharded)."""
     threads: int
-    """CPU threads of the run's process (generator processes take a share, ``setup.build_schedule``)."""
+    """CPU threads of the run's process (generator processes take a share, ``setup.build_road``)."""
     compute_dtype: torch.dtype
     """``model.dtype`` resolved for the device (auto: bf16 on GPU, fp32 on CPU)."""
     body_dtype: torch.dtype
@@ -62,19 +62,22 @@ class RunPlan:
     heads: Heads
     attn: Optional[str]
     """The attention implementation every copy of the model loads with (``attn_implementation``)."""
-    engine_in_generators: bool
-    """The run's engine lives in the generator processes only (``async=pipeline_rl`` with an engine
-    that loads its own weights, e.g. vLLM): they sample evaluations too, and the in-process
-    generator only tracks the trainer's version."""
-    engine_road: str
-    """How the in-process engine gets the trainer's weights (``weights.py``): ``shared`` (it samples
-    from the trainer's own module), ``copy`` (its own copy, the trainer being sharded) or
-    ``load_weights`` (an engine with weights of its own, e.g. vLLM in the trainer's process)."""
+    road: RoadKind
+    """The road the trainer's weights take (``road_kind``, the one table; ``setup.build_road``)."""
+    schedule: str
+    """The schedule the ``async`` option names (``AsyncConfig.schedule``; ``schedules.schedule_class``)."""
 
     @property
     def interleaving(self) -> Interleaving:
         """The ``async`` axis: when generators run, how stale a token may be, when weights are pushed."""
         return self.recipe.interleaving
+
+    @property
+    def engine_in_generators(self) -> bool:
+        """The run's engine lives in the generator processes only (generator processes with an
+        engine that loads its own weights, e.g. vLLM): they sample evaluations too, and the
+        in-process generator only tracks the trainer's version."""
+        return self.road.engine == "version"
 
     @property
     def sharded(self) -> bool:
@@ -106,15 +109,53 @@ def attn_implementation(cfg, body: torch.dtype) -> Optional[str]:
     return "eager" if body == torch.float32 else None
 
 
-def _road_kind(*, samples_policy: bool, remote: bool, sharded: bool) -> str:
-    """``RunPlan.engine_road``: an engine that lives in the generator processes leaves the trainer
-    only the version to track; one with weights of its own (vLLM) loads them; the torch engine
-    samples from the trainer's module, or from its own copy when the trainer is sharded."""
-    if remote:
-        return "shared"
+@dataclass(frozen=True)
+class RoadKind:
+    """Which ends the run's ``weights.Road`` has (``road_kind``); ``setup.build_road`` builds them."""
+
+    engine: str
+    """The in-process engine's end: ``shared`` (``SharedModule``: it samples from the trainer's own
+    module), ``copy`` (``Copy``: its own copy, the trainer being sharded), ``load_weights``
+    (``LoadWeights``: an engine with weights of its own, e.g. vLLM in the trainer's process) or
+    ``version`` (``SharedModule``: the run's engine lives in the generator processes, the torch
+    sampler here only tracks the version)."""
+    batches: Optional[str]
+    """Where the training batches come from, when not from that engine: ``own_sampler``
+    (``LoadWeights`` into a torch sampler with a body dtype of its own, ``precision.generator_body``),
+    ``remote`` (``Remote``: generator processes); None: the in-process engine samples them."""
+
+
+def road_kind(*, generators: int, samples_policy: bool, sharded: bool, own_dtype: bool) -> RoadKind:
+    """The one table from the plan to the road (docs/architecture.md, 'The road for the weights'):
+
+    ==================  =============================  ================================  ===========
+    batches from        the run's engine               in-process engine's end           batches end
+    ==================  =============================  ================================  ===========
+    generator procs     loads its own weights (vLLM)   version (the engine is there)     remote
+    generator procs     samples the policy (torch)     copy if sharded, else shared      remote
+    trainer's process   loads its own weights (vLLM)   load_weights                      None
+    trainer's process   samples the policy (torch)     copy if sharded, else shared      own_sampler
+                                                                                         if own_dtype
+    ==================  =============================  ================================  ===========
+
+    ``generators``: the async option's generator processes (the batches come from them when >= 1,
+    as its schedule says, ``AsyncConfig.schedule``); ``samples_policy``: the generation option's
+    (``generation/base.py``); ``own_dtype``: the precision axis gives the generator a body dtype other
+    than the trainer's, or rounds its weights to one. With generator processes, an engine of its own
+    (vLLM) runs only there, evaluation included (``PipelineSchedule.eval_generator``): a second one
+    here would double its start-up and memory.
+
+    >>> road_kind(generators=0, samples_policy=True, sharded=False, own_dtype=True)
+    RoadKind(engine='shared', batches='own_sampler')
+    >>> road_kind(generators=1, samples_policy=False, sharded=True, own_dtype=True)
+    RoadKind(engine='version', batches='remote')
+    """
+    policy_end = "copy" if sharded else "shared"
+    if generators > 0:
+        return RoadKind(policy_end if samples_policy else "version", "remote")
     if not samples_policy:
-        return "load_weights"
-    return "copy" if sharded else "shared"
+        return RoadKind("load_weights", None)
+    return RoadKind(policy_end, "own_sampler" if own_dtype else None)
 
 
 def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Optional[Recipe] = None,
@@ -129,13 +170,13 @@ def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Opt
     compute = compute_dtype(cfg.model.dtype, dist.device)
     body = body_dtype(cfg, recipe, dist.device) if body is None else body
     phrase = len(encode_phrase(tok, cfg.length.forced_phrase()))
-    samples_policy = cfg.generation.samples_policy  # the option's schema says (generation/base.py)
-    # With generator processes, an engine of its own (vLLM) runs only there, evaluation included
-    # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
-    remote = recipe.interleaving.generators > 0 and not samples_policy
-    road = _road_kind(samples_policy=samples_policy, remote=remote, sharded=dist.mesh is not None)
+    heads = recipe.heads(compute)
+    gen_dtype = heads.gen_body_dtype or body
+    own_dtype = gen_dtype != body or heads.gen_round_dtype not in (None, gen_dtype)
+    road = road_kind(generators=recipe.interleaving.generators, samples_policy=cfg.generation.samples_policy,
+                     sharded=dist.mesh is not None, own_dtype=own_dtype)
     return RunPlan(cfg=cfg, recipe=recipe, derived=derive(cfg, dist.world, phrase),
                    sampling=Sampling(tok=tok, max_new_tokens=cfg.length.max_new_tokens,
                                      temperature=cfg.train.temperature, device=dist.device),
-                   dist=dist, threads=threads, compute_dtype=compute, body_dtype=body, heads=recipe.heads(compute),
-                   attn=attn_implementation(cfg, body), engine_in_generators=remote, engine_road=road)
+                   dist=dist, threads=threads, compute_dtype=compute, body_dtype=body, heads=heads,
+                   attn=attn_implementation(cfg, body), road=road, schedule=async_node(cfg).schedule())

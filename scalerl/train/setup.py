@@ -27,11 +27,12 @@ from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
 from scalerl.train.distributed import init_distributed, launched_world
 from scalerl.train.heldout import pin_heldout
-from scalerl.train.pipeline import PipelineSchedule, generator_pool, generators_dtype
 from scalerl.train.progress import announce
 from scalerl.train.prompt_stream import PromptSampler
 from scalerl.train.run_plan import RunPlan, body_dtype, plan_run
-from scalerl.train.schedule import LocalSchedule, Schedule
+from scalerl.train.schedules import schedule_class
+from scalerl.train.schedules.base import Schedule
+from scalerl.train.schedules.pipeline import generator_pool, generators_dtype
 from scalerl.train.sharding import needs_sharding, shard_trainer
 from scalerl.train.warmstart import warm_start_checkpoint
 from scalerl.train.weights import Copy, LoadWeights, Remote, Road, SharedModule
@@ -136,7 +137,7 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
     option = GENERATORS[cfg.generation.name]
     # An engine in the generator processes only (``plan.engine_in_generators``): the trainer keeps
     # the torch sampler over its own model, which then only tracks the version.
-    remote, copy = plan.engine_in_generators, plan.engine_road == "copy"
+    remote, copy = plan.engine_in_generators, plan.road.engine == "copy"
     if sharded:
         # fp32 master weights built on the meta device; each FSDP2 unit is read from the checkpoint
         # just before it is sharded (``CheckpointUnits``): no rank ever holds a full copy.
@@ -185,42 +186,44 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
                logger=logger)
 
 
-def own_generator(plan: RunPlan, r: Run) -> Optional[TorchGenerator]:
-    """An in-process generator with its own copy of the weights when the precision axis gives the
+def build_schedule(plan: RunPlan, r: Run) -> Schedule:
+    """The schedule the ``async`` option names (``plan.schedule``), with the road its weights take."""
+    return schedule_class(plan.schedule)(plan, r, build_road(plan, r))
+
+
+def build_road(plan: RunPlan, r: Run) -> Road:
+    """The plan's road (``plan.road``: ``run_plan.road_kind``, the one table) over the live run: the
+    in-process engine's end, then the training batches' end, if they have their own."""
+    batches = {None: lambda: None, "own_sampler": lambda: LoadWeights(r.model, own_sampler(plan, r)),
+               "remote": lambda: remote_end(plan, r)}[plan.road.batches]()
+    return Road(engine_end(plan, r), batches, plan.interleaving.push_every)
+
+
+def engine_end(plan: RunPlan, r: Run):
+    """The in-process engine's end of the road (``RoadKind.engine``)."""
+    return {"shared": lambda: SharedModule(r.generator), "version": lambda: SharedModule(r.generator),
+            "copy": lambda: Copy(r.model, r.policy, r.generator),
+            "load_weights": lambda: LoadWeights(r.model, r.generator)}[plan.road.engine]()
+
+
+def own_sampler(plan: RunPlan, r: Run) -> TorchGenerator:
+    """The training batches' torch sampler with weights of its own, when the precision axis gives the
     generator a body dtype other than the trainer's, or rounds its weights to one (``engine``: bf16
-    weights, computed in the trainer's dtype); None: it shares the trainer's module, or the run's
-    engine has weights of its own (vLLM)."""
+    weights, computed in the trainer's dtype)."""
     gen_dtype = plan.heads.gen_body_dtype or plan.body_dtype
     rounds = plan.heads.gen_round_dtype not in (None, gen_dtype)
-    if plan.engine_road == "load_weights" or (gen_dtype == plan.body_dtype and not rounds):
-        return None
     model = load_model(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn)
     model.eval()
     return TorchGenerator(Policy(model, gen_head=plan.heads.gen, train_head=plan.heads.gen), plan.dist.device,
                           round_to=plan.heads.gen_round_dtype if rounds else None)
 
 
-def engine_road(plan: RunPlan, r: Run):
-    """How the in-process engine ``r.generator`` gets the trainer's weights (``plan.engine_road``)."""
-    if plan.engine_road == "load_weights":
-        return LoadWeights(r.model, r.generator)
-    if plan.engine_road == "copy":
-        return Copy(r.model, r.policy, r.generator)
-    return SharedModule(r.generator)
-
-
-def build_schedule(plan: RunPlan, r: Run) -> Schedule:
-    """The schedule for the plan's ``async`` mode, with the road its weights take (``weights.Road``).
-    With generator processes, the run's threads are shared: each generator takes
-    ``async.generator_threads`` (0: an equal share), the trainer the rest."""
+def remote_end(plan: RunPlan, r: Run) -> Remote:
+    """The generator processes (not started yet; rank 0's pool, None elsewhere) and the push to them.
+    The run's threads are shared: each generator takes ``async.generator_threads`` (0: an equal
+    share), the trainer the rest."""
     mode = plan.interleaving
-    if mode.generators == 0:
-        own = own_generator(plan, r)  # the training batches' sampler, when it has a dtype of its own
-        road = Road(engine_road(plan, r), None if own is None else LoadWeights(r.model, own), mode.push_every)
-        return LocalSchedule(plan, r, road, batch_generator=own)
     gen_threads = mode.generator_threads or max(1, plan.threads // (1 + mode.generators))
     torch.set_num_threads(max(1, plan.threads - mode.generators * gen_threads))
     dtype = generators_dtype(plan)
-    pool = generator_pool(plan, r, gen_threads=gen_threads, dtype=dtype)
-    road = Road(engine_road(plan, r), Remote(pool, r.model, dtype), mode.push_every)
-    return PipelineSchedule(plan, r, road, pool, evaluate_in_generators=plan.engine_in_generators)
+    return Remote(generator_pool(plan, r, gen_threads=gen_threads, dtype=dtype), r.model, dtype)

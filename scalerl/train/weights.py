@@ -1,5 +1,6 @@
-"""The road the trainer's weights take to whatever samples from them, chosen once at set-up
-(``setup.build``); the schedule calls its ``publish(version)`` after every optimizer step.
+"""The road the trainer's weights take to whatever samples from them, chosen once by one table
+(``run_plan.road_kind``) and built at set-up (``setup.build_road``); the schedule calls its
+``publish(version)`` after every optimizer step.
 
 The in-process engine (``Run.generator``: evaluation, and the training batches when the
 trainer's process generates them) always holds the trainer's current version. It gets it

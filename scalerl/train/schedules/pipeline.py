@@ -57,7 +57,7 @@ from scalerl.train.rollout import (
     score,
 )
 from scalerl.train.distributed import Dist
-from scalerl.train.schedule import Batch, batch_stats
+from scalerl.train.schedules.base import Batch, batch_stats
 from scalerl.train.weights import Road
 
 
@@ -136,14 +136,15 @@ def generator_pool(plan, r, *, gen_threads: int, dtype: str) -> GeneratorPool | 
 
 
 class PipelineSchedule:
-    def __init__(self, plan, r, road: Road, pool: GeneratorPool | None, *, evaluate_in_generators: bool):
+    def __init__(self, plan, r, road: Road):
         """``plan``: the ``RunPlan``; ``r``: the live ``Run``; ``road``: how the weights reach the
-        in-process engine and the generators (``setup.build``); ``pool``: the generator processes
-        (rank 0; None elsewhere); ``evaluate_in_generators``: the run's engine lives in the generator
-        processes only (an engine that loads its own weights, e.g. vLLM), which then sample the
-        evaluations too, and ``r.generator`` only tracks the trainer's version."""
+        in-process engine and the generators (``setup.build_road``), whose ``Remote`` end holds the
+        generator processes (``pool``: rank 0's; None elsewhere). With an engine that loads its own
+        weights (e.g. vLLM) the run's engine lives in the generator processes only
+        (``plan.engine_in_generators``), which then sample the evaluations too, and
+        ``r.generator`` only tracks the trainer's version."""
         self.plan, self.r, self.cfg, self.mode = plan, r, plan.cfg, plan.interleaving
-        self.road, self.pool, self.evaluate_in_generators = road, pool, evaluate_in_generators
+        self.road, self.pool, self.evaluate_in_generators = road, road.batches.pool, plan.engine_in_generators
         self.device, self.tok = plan.dist.device, plan.sampling.tok
         self.generator_devices = self.mode.generators
         self.dist = plan.dist  # the loop's: scatter_batch hands the shares out over its default group
