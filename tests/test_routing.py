@@ -150,8 +150,8 @@ def test_routing_metrics_in_every_steps_row_through_the_entry_point(tmp_path):
               "batch.minibatches=1", "length.max_new_tokens=24"]
     rows = {}
     for routing in ("none", "replay"):
-        run_cli([*common, f"routing={routing}", f"study={routing}"], tmp_path)
-        (path,) = (tmp_path / "runs").glob(f"*routing={routing}*/steps.jsonl")
+        run_cli([f"routing={routing}", *common], tmp_path)  # first: the run directory's name starts with it
+        (path,) = (tmp_path / "runs").glob(f"routing={routing},*/steps.jsonl")
         (rows[routing],) = read_rows(path)
     none, replay = rows["none"], rows["replay"]
     for row in (none, replay):
