@@ -29,7 +29,8 @@ def extra(group: str, option: str, files: dict, hf_ckpt) -> list[str]:
     needs = {("model", "hf"): [f"model.path={hf_ckpt}"],
              ("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}", "model.warmstart.enabled=false"],
              ("task", "mix"): [f"task.tasks.math.path={files['math']}", f"task.tasks.code.path={files['code']}"],
-             ("generation", "vllm"): ["async=sync"]}  # pipeline_rl's generator processes run the torch engine
+             ("generation", "vllm"): ["async=sync"],  # pipeline_rl's generator processes run the torch engine
+             ("routing", "replay"): ["model=tiny_moe"]}  # replay needs an MoE (a dense model is refused)
     return needs.get((group, option), [])
 
 
