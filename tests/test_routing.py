@@ -179,3 +179,14 @@ def test_replay_through_generator_processes(tmp_path):
     pairs = sum(r.get("routing_pairs", 0) + r.get("routing_pairs_stale", 0) for r in rows)
     assert pairs > 100
     assert all(r.get(k, 0.0) == 0.0 for r in rows for k in ("routing_disagree", "routing_disagree_stale"))
+
+
+@pytest.mark.parametrize("override,key", [("generation=vllm", "routing"),
+                                          ("model.activation_checkpointing=true", "model.activation_checkpointing")])
+def test_replay_refuses_what_it_cannot_replay(override, key):
+    """vLLM's recorded experts are not read yet; a checkpointed layer's recompute would route afresh."""
+    from scalerl.config import ConfigError, compose, validate
+
+    with pytest.raises(ConfigError) as err:
+        validate(compose(["routing=replay", "model=tiny_moe", "async=sync", override]))
+    assert err.value.key == key

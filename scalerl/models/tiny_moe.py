@@ -5,7 +5,7 @@ a softmax router over E experts, the top k of them per token, renormalised (``no
 no shared expert. Each layer's dense MLP of ``tiny`` (intermediate 192) becomes 8 experts of
 intermediate 96 with 2 active per token, so a token's active parameters equal ``tiny``'s (the
 paper's dense-against-MoE comparison at equal active compute, arXiv 2510.13786 Table 1), and the
-total is about 2.8 times them (docs/embedded.md has the counts).
+total is about 2.7 times them (docs/embedded.md has the counts).
 
 The auxiliary load-balancing loss is off in RL (``output_router_logits`` false, the config's
 default; nothing in the trainer adds ``router_aux_loss_coef`` x aux): the policy-gradient loss is
