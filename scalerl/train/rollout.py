@@ -14,8 +14,7 @@ from typing import Callable, Optional
 
 import torch
 
-from scalerl.generation.engines import Generation, SamplingParams, left_pad, mix_seed
-from scalerl.generation.engines.interface import LEFT_PADDED, pad_columns
+from scalerl.generation.engines import LEFT_PADDED, Generation, SamplingParams, left_pad, mix_seed, pad_columns
 
 EXPERTS = ("experts", "prompt_experts")
 """An MoE's recorded routing (``Generation``): padded with -1, "not recorded"."""
