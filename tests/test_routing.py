@@ -190,3 +190,13 @@ def test_replay_refuses_what_it_cannot_replay(override, key):
     with pytest.raises(ConfigError) as err:
         validate(compose(["routing=replay", "model=tiny_moe", "async=sync", override]))
     assert err.value.key == key
+
+
+def test_routing_none_keeps_the_run_hashes_of_before_the_axis():
+    """``routing=none`` computes what every run computed before the axis existed, so it stays out of the
+    hash and finished runs still count as finished; ``replay`` is in it."""
+    from scalerl.config import compose
+    from scalerl.launch.rundir import config_hash, hashable
+
+    assert "routing" not in hashable(compose([])) and "routing" not in hashable(compose(["model=tiny_moe"]))
+    assert config_hash(compose(["model=tiny_moe", "routing=replay"])) != config_hash(compose(["model=tiny_moe"]))
