@@ -32,6 +32,8 @@ from scalerl.losses import LOSSES
 from scalerl.losses.base import LossFn
 from scalerl.precision import PRECISIONS
 from scalerl.precision.base import HeadsFn
+from scalerl.routing import ROUTINGS
+from scalerl.routing.base import RouteFn
 
 AXES: dict[str, dict[str, Option]] = {
     "loss": LOSSES,
@@ -41,6 +43,7 @@ AXES: dict[str, dict[str, Option]] = {
     "filter": FILTERS,
     "length": LENGTHS,
     "correction": CORRECTIONS,
+    "routing": ROUTINGS,
     "async": ASYNC_MODES,  # a Python keyword: reach the node with ``async_node(cfg)``
 }
 
@@ -58,6 +61,8 @@ class Recipe:
     correct: CorrectionFn
     """Generator-trainer mismatch correction (``correction``, docs/mismatch.md): per-token loss weights."""
     needs_old_logp: bool
+    route: Optional[RouteFn]
+    """The experts an MoE's trainer forwards use (``routing``, docs/mismatch.md); None: the routers' own."""
     """The correction needs π_old: one extra forward without gradient before the update."""
     retire_at: Optional[float]
     """No-Positive-Resampling threshold (``filter=zero_variance_npr``); None: never retire."""
@@ -88,6 +93,7 @@ def build_recipe(cfg) -> Recipe:
         heads=bind(cfg.precision, PRECISIONS),
         correct=bind(cfg.correction, CORRECTIONS),
         needs_old_logp=cfg.correction.needs_old_logp(),
+        route=bind(cfg.routing, ROUTINGS) if cfg.routing.replays() else None,
         retire_at=cfg.filter.retire_at,
         refill_rounds=cfg.filter.refill_rounds,
         interleaving=bind(async_node(cfg), ASYNC_MODES)(),

@@ -29,7 +29,8 @@ def extra(group: str, option: str, files: dict, hf_ckpt) -> list[str]:
     needs = {("model", "hf"): [f"model.path={hf_ckpt}"],
              ("task", "math"): [f"task.path={files['math']}"], ("task", "code"): [f"task.path={files['code']}", "model.warmstart.enabled=false"],
              ("task", "mix"): [f"task.tasks.math.path={files['math']}", f"task.tasks.code.path={files['code']}"],
-             ("generation", "vllm"): ["async=sync"]}  # pipeline_rl's generator processes run the torch engine
+             ("generation", "vllm"): ["async=sync"],  # pipeline_rl's generator processes run the torch engine
+             ("routing", "replay"): ["model=tiny_moe"]}  # replay needs an MoE (a dense model is refused)
     return needs.get((group, option), [])
 
 
@@ -157,7 +158,8 @@ def test_unknown_option_fails_at_compose():
 
 
 EXPECTED_ARMS = {"loss": 4, "loo": 9, "recipes": 5, "batch": 6, "length": 3, "precision": 5, "filter": 4, "seeds": 3,
-                 "async": 5, "correction": 4, "generations": 3, "budget": 3, "model_size": 3}
+                 "async": 5, "correction": 4, "generations": 3, "budget": 3, "model_size": 3,
+                 "model_scale": 2, "routing": 4}
 
 
 def test_every_shipped_study_is_checked_below():

@@ -15,7 +15,8 @@ from helpers import REPO
 # packages that share a layer are independent of each other.
 LAYERS = [
     ["core"],
-    ["losses", "aggregation", "adv_norm", "filters", "length", "precision", "asynchrony", "correction"],  # the design axes
+    ["losses", "aggregation", "adv_norm", "filters", "length", "precision", "asynchrony", "correction",
+     "routing"],  # the design axes
     ["registry"],  # AXES and the recipe built from them
     ["models", "tasks", "loggers"],
     ["generation"],

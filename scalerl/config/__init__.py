@@ -166,6 +166,18 @@ def _cross_checks(c: Config) -> None:
         check(generators > 0, "generation.weight_transfer",
               f"nccl broadcasts from the trainer to generator processes, and async={async_node(c).name} has none "
               "(vLLM runs in the trainer's process); use generation.weight_transfer=gloo, or async=pipeline_rl")
+    # Replay needs experts to replay: an MoE, sampled by the torch engine (vLLM's are not read yet), every
+    # layer's router run once per forward (a checkpointed layer's recompute would route afresh)
+    if c.routing.replays():
+        check(c.model.is_moe() is not False, "routing",
+              f"routing={c.routing.name} replays a mixture of experts' routing, and model={c.model.name} is dense; "
+              "use routing=none, or an MoE (model=tiny_moe)")
+        check(c.generation.name == "torch", "routing",
+              f"routing={c.routing.name} needs the experts the generator chose, which only generation=torch "
+              f"records for now; use generation=torch or routing=none")
+        check(not c.model.activation_checkpointing, "model.activation_checkpointing",
+              f"routing={c.routing.name} replays experts within one forward, and a checkpointed layer's recompute "
+              "would route afresh; set model.activation_checkpointing=false")
     gen_body = c.precision.generator_body_setting()
     # engine: an engine of its own holds its weights in its own dtype already (vLLM: generation.dtype)
     check(not (c.generation.name != "torch" and gen_body not in ("auto", "engine")), "precision.generator_body",

@@ -28,6 +28,9 @@ from scalerl.train.signals import STOP_REQUEST
 HASH_EXCLUDE_TOP = ("hydra", "study", "sweep", "out_root", "cache_dir", "recipe", *BOOKKEEPING_GROUPS)
 HASH_EXCLUDE_NESTED = {"train": ("threads", "device", "gpus"),
                        "async": ("timeout_s", "generator_threads", "external_generators", "generator_nodes")}
+HASH_NEUTRAL = {"routing": {"name": "none"}}
+"""Groups added after runs were hashed, left out of the hash at the value that computes what those runs
+computed (``routing=none``: the trainer routes itself, as every run did), so they still count as finished."""
 TAG_SKIP = re.compile(r"^(hydra[./]|study=|sweep=|logger|out_root=|cache_dir=|train\.(threads|device|gpus)=|"
                       r"async\.(timeout_s|generator_threads|external_generators|generator_nodes)=)")
 HEARTBEAT_S = 300  # a run on another host whose progress.json is older than this is treated as dead
@@ -40,6 +43,9 @@ def hashable(cfg: DictConfig, *, with_seed: bool = True) -> dict:
     for group, keys in HASH_EXCLUDE_NESTED.items():
         for k in keys:
             (plain.get(group) or {}).pop(k, None)
+    for group, value in HASH_NEUTRAL.items():
+        if plain.get(group) == value:
+            plain.pop(group)
     return plain
 
 

@@ -86,6 +86,14 @@ class ModelConfig:
         """The key to change for a smaller model, named when an arm does not fit its machine."""
         return "model"
 
+    def is_moe(self) -> Optional[bool]:
+        """Whether the model routes tokens to experts (``routing``), from ``architecture()``: a
+        ``num_experts`` or ``num_local_experts`` above 0 (Qwen3-MoE, Mixtral, Llama-4); None: unknown."""
+        c = self.architecture()
+        if c is None:
+            return None
+        return int(c.get("num_experts") or c.get("num_local_experts") or 0) > 0
+
 
 class PrepareFn(Protocol):
     """The local checkpoint directory a run starts from (built and cached if needed)."""

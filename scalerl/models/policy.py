@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from contextlib import nullcontext
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -16,6 +17,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from scalerl.models.head_stats import NOT_LINEAR, LinearHeadStats, linear_head_dtype
 from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
+from scalerl.models.routing import RouterHooks, right_align
 from scalerl.precision.base import HeadFn
 
 
@@ -179,8 +181,15 @@ class CompletionLogits(torch.nn.Module):
         self.head_chunk = head_chunk
         """Positions per LM-head chunk when log-probs are asked for (``train.head_chunk``; 0: auto)."""
         self._cache_kw = _cache_kw(model.get_decoder())
+        self.routers = RouterHooks.of(model)
+        """An MoE's router hooks; None: a dense model."""
+        self.route = None
+        """The ``routing`` option's ``RouteFn`` when it replays the generator's experts (``train/setup.py``); None: own routing."""
+        self.routed = None
+        """An MoE's experts of the last forward: (prompt (P, W, L, k), completion (N, fed, L, k)) int16."""
 
-    def forward(self, prompt_ids, prompt_mask, tokens, token_mask, group=1, *, temperature=None, head_chunk=None):
+    def forward(self, prompt_ids, prompt_mask, tokens, token_mask, group=1, *, temperature=None, head_chunk=None,
+                experts=None):
         """prompt_ids/prompt_mask (P, W) left-padded unique prompts; tokens/token_mask
         (N, T). ``group``: an int G, the rows grouped by prompt (N = P*G), or a (N,) long
         tensor, the prompt index of each row (a micro-batch, ``train/update.py``). The prompt
@@ -192,10 +201,20 @@ class CompletionLogits(torch.nn.Module):
         (logp, entropy), each (N, T), of ``tokens`` under logits / temperature; computed
         ``head_chunk`` positions at a time (``chunked_token_stats``) when N*T exceeds it
         (None: ``self.head_chunk``; 0: ``auto_head_chunk``), else from the full logits, as before.
+
+        ``experts``: an MoE's recorded routing, (prompt experts (P, W', L, k) left-padded, completion
+        experts (N, T, L, k)) as ``Generation`` holds them; with ``self.route`` set, the forwards use
+        them (rollout routing replay, ``models/routing.py``). Either way ``self.routed`` gets the
+        experts this forward used.
         """
         body, kw = self.model.get_decoder(), self._cache_kw
+        routers = self.routers
+        replay = experts if routers is not None and self.route is not None else None
         cache = PromptCache()
-        h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
+        with (routers.replaying(None if replay is None else right_align(replay[0], prompt_ids.shape[1]), self.route)
+              if routers is not None else nullcontext()):
+            h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
+        routed_prompt = routers.take(tuple(prompt_ids.shape)) if routers is not None else None
         cache = PrefixCache.of(cache)
         if isinstance(group, torch.Tensor):  # (N,) prompt index per row
             cache.batch_select_indices(group)
@@ -211,7 +230,11 @@ class CompletionLogits(torch.nn.Module):
         fed = max(tokens.shape[1] - 1, 1)
         mask = torch.cat([pmask, token_mask[:, :fed]], dim=1)  # (N, W+fed)
         pos = positions_from_mask(mask)[:, pmask.shape[1] :]
-        h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
+        with (routers.replaying(None if replay is None else replay_columns(replay[1], fed), self.route)
+              if routers is not None else nullcontext()):
+            h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
+        if routers is not None:
+            self.routed = (routed_prompt, routers.take((tokens.shape[0], fed)))
         # The last prompt position predicts token 0. Taken after the completion pass, as always: the
         # order the graph is built in fixes the order gradients are summed in, so the float rounding.
         if isinstance(group, torch.Tensor):
@@ -234,6 +257,14 @@ class CompletionLogits(torch.nn.Module):
         return logp.clone(), entropy
 
 
+def replay_columns(experts: torch.Tensor, fed: int) -> torch.Tensor:
+    """Completion experts (N, T, L, k) for the ``fed`` positions of the completion pass (-1 beyond T)."""
+    if experts.shape[1] >= fed:
+        return experts[:, :fed]
+    pad = experts.new_full((experts.shape[0], fed - experts.shape[1], *experts.shape[2:]), -1)
+    return torch.cat([experts, pad], dim=1)
+
+
 class Policy:
     """The generator's view of a model: body plus the precision axis's heads.
 
@@ -252,6 +283,8 @@ class Policy:
         self._cache_kw = _cache_kw(self.body)
         self._trainer = None
         self.lean = LeanLlama(self.body) if lean and lean_supported(model) else None
+        self.routers = RouterHooks.of(model)
+        """An MoE's router hooks (the generator records its experts through them); None: a dense model."""
 
     def new_cache(self, capacity: int):
         """An empty KV cache for ``hidden`` holding up to ``capacity`` positions per row."""

@@ -18,10 +18,12 @@ minibatch forward, which also precedes any update. Under PipelineRL few rows are
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+
+from scalerl.train.routed import forward_experts, routing_record
 
 
 @dataclass
@@ -32,6 +34,10 @@ class Behaviour:
     """(N_local, T) the correction's per-token weight on the loss."""
     metrics: dict
     """The correction's own metrics and ``correction_forward_s``."""
+    routes: list = field(default_factory=list)
+    """An MoE's routing records of these forwards (``routed.routing_record``)."""
+    pred_differ: Optional[torch.Tensor] = None
+    """(N_local, T) an MoE's token t was predicted from a position routed otherwise than the generator routed it."""
 
 
 def fresh_tokens(ro, rows: torch.Tensor, version: Optional[int]) -> torch.Tensor:
@@ -61,17 +67,23 @@ def behaviour_logprobs(trainer, ro, chunks: list[tuple[list[int], torch.Tensor]]
     gen = ro.gen.logprobs
     old = gen.detach().clone()  # (N_local, T)
     trained = torch.zeros_like(ro.gen.sampled)
+    routes, pred = [], None
     for groups, rows in chunks:
         x = inputs(groups, rows)
         logp, _ = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
-                          temperature=temperature)  # (n, T)
+                          temperature=temperature, experts=forward_experts(x))  # (n, T)
         if groups:
             old[rows] = logp.to(old.dtype)
             trained[rows] = ro.gen.sampled[rows]
+            record = routing_record(trainer, x)
+            if record is not None:
+                pred = torch.zeros_like(ro.gen.sampled) if pred is None else pred
+                pred[rows] = record["pred_differ"]
+                routes.append(record)
     weight, m = recipe.correct(old, gen, trained)
     metrics = {k: float(v) for k, v in m.items()}
     metrics["correction_forward_s"] = time.perf_counter() - t0
-    return Behaviour(old_logp=old, weight=weight.detach(), metrics=metrics)
+    return Behaviour(old_logp=old, weight=weight.detach(), metrics=metrics, routes=routes, pred_differ=pred)
 
 
 def group_rows(groups: list[int], group: int, device) -> torch.Tensor:
@@ -124,7 +136,7 @@ class LaggedWeights:
         self._swap()
         try:
             logp, _ = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
-                              temperature=temperature)  # (n, T)
+                              temperature=temperature, experts=forward_experts(x))  # (n, T)
         finally:
             self._swap()
         mask = sampled[rows]

@@ -2,7 +2,9 @@
 
 compute (FLOPs) = 6·N·T_train + 2·N·T_gen   (Kaplan et al. 2020 estimate)
 - N: parameters excluding the input embedding (a lookup, not a matmul);
-  the LM head counts.
+  the LM head counts. A mixture of experts counts its *active* parameters: each
+  layer's experts at k/E of their total (a token runs k of the E experts), its
+  router, attention, norms and head in full (docs/outputs.md).
 - T_train: tokens that entered a backward pass: each trained group's prompt
   once (its G completions share the prompt's keys/values) plus every
   completion token: 2·N forward + 4·N backward per token.
@@ -25,8 +27,9 @@ from torch import nn
 
 
 def flop_params(model: nn.Module) -> int:
-    """N: parameter count without the input embedding (unless tied to the head)."""
-    total = sum(p.numel() for p in model.parameters())
+    """N: parameter count without the input embedding (unless tied to the head), an MoE's experts
+    counted at the share of them a token runs (``inactive_expert_params``)."""
+    total = sum(p.numel() for p in model.parameters()) - inactive_expert_params(model)
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     # ``is``: a model built on the meta device (``models/load.py``) has data_ptr 0 for every tensor.
@@ -40,3 +43,19 @@ def train_flops(n_params: int, tokens: int) -> float:
 
 def gen_flops(n_params: int, tokens: int) -> float:
     return 2.0 * n_params * tokens
+
+
+def inactive_expert_params(model: nn.Module) -> int:
+    """The expert parameters a token does not run: each experts block's (E - k) / E of its parameters,
+    k = ``config.num_experts_per_tok`` of E = the block's ``num_experts`` (transformers' ``*Experts``
+    modules, whose weights are (E, ...) tensors: Qwen3-MoE, Mixtral). 0 for a dense model."""
+    k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
+    if not k:
+        return 0
+    out = 0
+    for m in model.modules():
+        e = getattr(m, "num_experts", None)
+        if type(m).__name__.endswith("Experts") and e:
+            n = sum(p.numel() for p in m.parameters(recurse=False))
+            out += n - n * int(k) // int(e)
+    return out

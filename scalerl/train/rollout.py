@@ -14,7 +14,10 @@ from typing import Callable, Optional
 
 import torch
 
-from scalerl.generation.engines import Generation, SamplingParams, left_pad, mix_seed
+from scalerl.generation.engines import LEFT_PADDED, Generation, SamplingParams, left_pad, mix_seed, pad_columns
+
+EXPERTS = ("experts", "prompt_experts")
+"""An MoE's recorded routing (``Generation``): padded with -1, "not recorded"."""
 
 
 @dataclass
@@ -136,7 +139,7 @@ def rollout_share(ro: Rollout, groups: slice) -> Rollout:
     width = int(mask.sum(-1).max()) if mask.numel() else 0
     present = ro.gen.present[rows]
     length = int(present.sum(-1).max()) if present.numel() else 0
-    gen = Generation(**{f.name: _cols(getattr(ro.gen, f.name)[rows], slice(0, length))
+    gen = Generation(**{f.name: _cols(getattr(ro.gen, f.name), rows, slice(0, length), f.name in LEFT_PADDED)
                         for f in dataclasses.fields(Generation)})
     cut = slice(mask.shape[1] - width, mask.shape[1])
     ids, mask = ro.prompt_ids[groups][:, cut], mask[:, cut]
@@ -144,8 +147,13 @@ def rollout_share(ro: Rollout, groups: slice) -> Rollout:
                    int(mask.sum()) + int(present.sum()), {k: v[groups] for k, v in ro.flags.items()})
 
 
-def _cols(t: torch.Tensor, cols: slice) -> torch.Tensor:
-    return t[:, cols] if t.dim() == 2 else t
+def _cols(t: Optional[torch.Tensor], rows: slice, cols: slice, left: bool) -> Optional[torch.Tensor]:
+    """Rows ``rows`` of a ``Generation`` field, its completion columns ``cols`` (a left-padded field,
+    the prompts' experts, keeps its columns: right-aligned, extra padding is harmless); None stays None."""
+    if t is None:
+        return None
+    t = t[rows]
+    return t[:, cols] if t.dim() >= 2 and not left else t
 
 
 def sample_and_score(problems, index, group: int, *, seeds, limits, generator, tok, task, max_new_tokens: int,
@@ -206,7 +214,8 @@ def replace_groups(ro: Rollout, slots: list[int], fresh: Rollout) -> Rollout:
     """``ro`` with its groups at ``slots`` replaced, in order, by ``fresh``'s groups."""
     group = ro.correct.shape[1]
     rows = [s * group + g for s in slots for g in range(group)]
-    gen = Generation(**{f.name: _put(getattr(ro.gen, f.name), getattr(fresh.gen, f.name), rows)
+    gen = Generation(**{f.name: _put(getattr(ro.gen, f.name), getattr(fresh.gen, f.name), rows,
+                                     left=f.name in LEFT_PADDED, fill=-1 if f.name in EXPERTS else 0)
                         for f in dataclasses.fields(Generation)})
     index = list(ro.prompt_index)
     for j, s in enumerate(slots):
@@ -217,13 +226,16 @@ def replace_groups(ro: Rollout, slots: list[int], fresh: Rollout) -> Rollout:
                    ro.gen_tokens + fresh.gen_tokens, {k: _put(v, fresh.flags[k], slots) for k, v in ro.flags.items()})
 
 
-def _put(old: torch.Tensor, new: torch.Tensor, idx: list[int], left: bool = False) -> torch.Tensor:
-    """Copy of ``old`` with rows ``idx`` set to ``new``; 2-D tensors are padded to a common
-    width (left for prompts). Padding is never attended to or trained on: its masks are 0."""
-    if old.dim() == 2 and old.shape[1] != new.shape[1]:
+def _put(old: Optional[torch.Tensor], new: Optional[torch.Tensor], idx: list[int], left: bool = False,
+         fill=0) -> Optional[torch.Tensor]:
+    """Copy of ``old`` with rows ``idx`` set to ``new``; tensors of 2 or more dimensions are padded
+    with ``fill`` to a common width (left for prompts). Padding is never attended to or trained on:
+    its masks are 0. None (a field a dense model's generations lack) stays None."""
+    if old is None or new is None:
+        return None
+    if old.dim() >= 2 and old.shape[1] != new.shape[1]:
         w = max(old.shape[1], new.shape[1])
-        pad = lambda t: torch.nn.functional.pad(t, (w - t.shape[1], 0) if left else (0, w - t.shape[1]))
-        old, new = pad(old), pad(new)
+        old, new = pad_columns(old, w, fill, left), pad_columns(new, w, fill, left)
     out = old.clone()
     out[idx] = new
     return out

@@ -149,6 +149,7 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
     if cfg.model.activation_checkpointing:  # before fully_shard: the composable checkpoint composes with it
         checkpoint_layers(model)
     trainer = CompletionLogits(model, heads.train, head_chunk=cfg.train.head_chunk)
+    trainer.route = recipe.route  # routing=replay: the generator's experts (models/routing.py)
     if sharded:
         head = torch.float32 if heads.train_dtype == torch.float32 else body
         units = CheckpointUnits(ckpt, model, dtype=torch.float32, device=torch.device("cpu"))

@@ -32,6 +32,7 @@ import torch
 from scalerl.correction.mismatch import mismatch_stats
 from scalerl.losses.base import CLIPPED, masked_mean, rare_tail_stats, rare_tokens
 from scalerl.train.behaviour import behaviour_logprobs, fresh_tokens, group_rows
+from scalerl.train.routed import forward_experts, load_metrics, routing_metrics, routing_record
 from scalerl.train.sharding import clip_grad_norm
 
 HEAD = ("units", "finite", "tokens", "loss")
@@ -119,6 +120,7 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
         out["logp_mismatch"], out["ratio_dev"] = done[0]["abs_dlogp"], done[0]["ratio_dev"]
         out.pop("abs_dlogp")
     pairs = []  # (trainer, generator) log-probs of the tokens the mismatch metrics count
+    records, pred = [], None  # an MoE's routing records (train/routed.py) and the fresh tokens' pred_differ
     if beh is not None:
         fresh = torch.zeros_like(ro.gen.sampled)
         for groups, rows in chunks:
@@ -126,8 +128,16 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
                 fresh[rows] = fresh_tokens(ro, rows, version)
         out.update(beh.metrics)
         pairs.append((beh.old_logp.detach()[fresh], ro.gen.logprobs.detach()[fresh]))
+        if beh.pred_differ is not None:
+            records, pred = beh.routes, beh.pred_differ[fresh]
     elif probe:
         pairs.append((torch.cat([p[0][p[2]] for p in probe]).detach(), torch.cat([p[1][p[2]] for p in probe]).detach()))
+        if all(p[3] is not None for p in probe):
+            records, pred = [p[3] for p in probe], torch.cat([p[3]["pred_differ"][p[2]] for p in probe])
+    if records:  # before the lagged pairs join: the routing split is of staleness 0's tokens only
+        out.update(routing_metrics(records, *pairs[0], pred))
+    if ro.gen.experts is not None and getattr(trainer, "routers", None) is not None:
+        out.update(load_metrics(ro.gen, int(trainer.routers.routers[0].num_experts)))
     if lag is not None:
         pairs.append(lag)
         out.update(mismatch_lagged_tokens=int(lag[0].numel()), mismatch_forward_s=lag_s)
@@ -154,6 +164,8 @@ def _rows_inputs(ro, adv_rows, groups, rows, group, beh=None, version=None):
                  fresh=fresh_tokens(ro, rows, version))
         if beh is not None:
             x["weight"] = beh.weight[rows]
+        if ro.gen.experts is not None:  # an MoE's recorded routing: per row, and per prompt (its group's first row)
+            x["experts"], x["prompt_experts"] = ro.gen.experts[rows], ro.gen.prompt_experts[rows][::group]
         return x
     prompt_ids = ro.prompt_ids[:1, -1:]
     x = dict(tokens=prompt_ids.clone(), present=torch.ones((1, 1), dtype=torch.bool, device=dev),
@@ -173,14 +185,14 @@ def _forward_loss(trainer, x: dict, recipe, temperature, weights=None, units=0.0
     ``probe``: a list that gets (logp, behav, fresh) of this forward, for the mismatch metrics;
     ``tail``: a list that gets its rare tokens' (ratio, clip mask or None), for the rare-token tail."""
     logp, entropy = trainer(x["prompt_ids"], x["prompt_mask"], x["tokens"], x["present"].long(), x["group"],
-                            temperature=temperature)  # (n, T) each; the head in chunks (trainer.head_chunk)
+                            temperature=temperature, experts=forward_experts(x))  # (n, T) each; the head in chunks
     sampled, behav = x["sampled"], x["behav"]
     tok_loss, m = recipe.loss(logp, behav, x["adv"], sampled)
     clipped = m.pop(CLIPPED, None)  # (n, T) bool or None: the loss's per-token clip mask
     if "weight" in x:  # the correction's constant per-token weight (scalerl/correction)
         tok_loss = tok_loss * x["weight"]
     if probe is not None:
-        probe.append((logp.detach(), behav, x["fresh"]))
+        probe.append((logp.detach(), behav, x["fresh"], routing_record(trainer, x)))
     if tail is not None:
         rare = rare_tokens(behav, sampled)  # (n, T)
         tail.append(((logp.detach() - behav)[rare].exp(), None if clipped is None else clipped[rare]))
@@ -254,8 +266,11 @@ def _accumulate_micro_batches(trainer, ro, adv_rows, groups, rows, group, recipe
         if k < len(parts):
             sel = torch.tensor(parts[k], dtype=torch.long, device=x["tokens"].device)
             t = max(lengths[i] for i in parts[k])
-            part = {key: x[key][sel, :t] for key in ("tokens", "present", "sampled", "behav", "fresh", "weight") if key in x}
+            part = {key: x[key][sel, :t] for key in ("tokens", "present", "sampled", "behav", "fresh", "weight", "experts")
+                    if key in x}
             used, prompt_of = torch.unique(sel // group, return_inverse=True)  # the part's prompts, each row's
+            if "experts" in x:
+                part["prompt_experts"] = x["prompt_experts"][used]
             part.update(adv=x["adv"][sel], prompt_ids=x["prompt_ids"][used], prompt_mask=x["prompt_mask"][used],
                         group=prompt_of)
             w = weights[sel, :t]

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from scalerl.core.option import Option
 from scalerl.generation.engines import torch_option, vllm_option
 from scalerl.generation.engines.base import EngineContext
-from scalerl.generation.engines.interface import Generation, Generator, SamplingParams, cat_generations
+from scalerl.generation.engines.interface import (LEFT_PADDED, Generation, Generator, SamplingParams, cat_generations,
+                                                  pad_columns)
 from scalerl.generation.engines.noise import mix_seed
 
 if TYPE_CHECKING:
@@ -49,5 +50,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["GENERATORS", "EngineContext", "Generation", "Generator", "SamplingParams", "TorchGenerator",
-           "cat_generations", "left_pad", "mix_seed"]
+__all__ = ["GENERATORS", "LEFT_PADDED", "EngineContext", "Generation", "Generator", "SamplingParams", "TorchGenerator",
+           "cat_generations", "left_pad", "mix_seed", "pad_columns"]

@@ -53,6 +53,12 @@ class Generation:
     """(N,) bool: the interruption phrase was forced."""
     version: torch.Tensor
     """(N, T) long: policy version (optimizer step) that produced each token."""
+    experts: Optional[torch.Tensor] = None
+    """(N, T, L, k) int16: a mixture of experts' top-k experts at each of its L layers for completion
+    token t, as the generator routed it when it fed the token (-1: never fed, e.g. a row's last token);
+    None: a dense model, or an engine that does not record them (``routing``, docs/mismatch.md)."""
+    prompt_experts: Optional[torch.Tensor] = None
+    """(N, W, L, k) int16: the same for each row's prompt, left-padded like the prompt (-1 on padding)."""
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -63,7 +69,15 @@ class Generation:
         device = torch.device(device)
         if self.tokens.device == device:
             return self
-        return Generation(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+        return Generation(**{f.name: _to(getattr(self, f.name), device) for f in dataclasses.fields(self)})
+
+
+LEFT_PADDED = ("prompt_experts",)
+"""``Generation`` fields padded on the left, like the prompts; the others' columns are completion positions."""
+
+
+def _to(t, device):
+    return None if t is None else t.to(device)
 
 
 class Generator(Protocol):
@@ -100,11 +114,24 @@ def cat_generations(parts: Sequence[Generation], pad_id: int) -> Generation:
     processes), right-padding each to the widest: pad tokens, 0 log-probs, masks False."""
     if len(parts) == 1:
         return parts[0]
-    width = max(p.tokens.shape[1] for p in parts)
+    def cat(name: str):
+        ts = [getattr(p, name) for p in parts]
+        if any(t is None for t in ts):  # recorded by every part or by none
+            return None
+        return torch.cat([pad_columns(t, max(t.shape[1] for t in ts), pad_id if name == "tokens" else FILL.get(name, -1),
+                                      name in LEFT_PADDED)
+                          if t.dim() >= 2 else t for t in ts])
 
-    def pad(t: torch.Tensor, value) -> torch.Tensor:
-        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) if t.dim() == 2 else t
+    return Generation(**{f.name: cat(f.name) for f in dataclasses.fields(Generation)})
 
-    fill = {"tokens": pad_id, "logprobs": 0.0, "sampled": False, "present": False, "version": 0}
-    return Generation(**{f.name: torch.cat([pad(getattr(p, f.name), fill.get(f.name)) for p in parts])
-                         for f in dataclasses.fields(Generation)})
+
+FILL = {"tokens": None, "logprobs": 0.0, "sampled": False, "present": False, "version": 0}
+"""What pads each ``Generation`` field's columns (tokens: the pad id; the experts: -1)."""
+
+
+def pad_columns(t: torch.Tensor, width: int, value, left: bool = False) -> torch.Tensor:
+    """``t`` (N, T, ...) with its columns (dim 1) padded with ``value`` to ``width``, on the right or the left."""
+    if t.shape[1] >= width:
+        return t
+    fill = t.new_full((t.shape[0], width - t.shape[1], *t.shape[2:]), value)
+    return torch.cat([fill, t] if left else [t, fill], dim=1)

@@ -107,10 +107,18 @@ class TorchGenerator:
         interrupted = torch.zeros(n, dtype=torch.bool, device=dev)
         force_pos = torch.full((n,), -1, dtype=torch.long, device=dev)  # index into force, -1 = not forcing
 
+        routers = pol.routers  # an MoE's: every forward's experts are recorded (``models/routing.py``)
+        experts = prompt_experts = None
+        if routers is not None:
+            experts = torch.full((n, max_len, routers.layers, routers.top_k), -1, dtype=torch.int16, device=dev)
+
         if between_steps is not None:
             between_steps(0)
         cache = pol.new_cache(ids.shape[1] + max_len)
         h, cache = pol.hidden(ids, mask, positions_from_mask(mask), cache=cache)  # (P, W, H)
+        if routers is not None:  # (P, W, L, k) -> one copy per row, -1 on the prompt's padding
+            prompt_experts = routers.take(tuple(ids.shape)).masked_fill(~mask.bool()[:, :, None, None], -1)
+            prompt_experts = prompt_experts.repeat_interleave(params.n, 0)
         if params.n > 1:  # share each prompt's prefill across its n samples
             cache.batch_repeat_interleave(params.n)
             h, mask = h[:, -1:].repeat_interleave(params.n, 0), mask.repeat_interleave(params.n, 0)
@@ -155,6 +163,8 @@ class TorchGenerator:
             if between_steps is not None:
                 between_steps(t + 1)
             h, cache = pol.hidden(tok[:, None], mask, pos, cache=cache)
+            if routers is not None:  # the experts of token t, as it was fed
+                experts[rows, t] = routers.take((len(rows), 1))[:, 0]
         width = int(present.sum(-1).max()) if n else 0
         return Generation(
             tokens=tokens[:, :width],
@@ -164,4 +174,6 @@ class TorchGenerator:
             truncated=~stopped,
             interrupted=interrupted,
             version=versions[:, :width],
+            experts=None if experts is None else experts[:, :width],
+            prompt_experts=prompt_experts,
         )
