@@ -12,6 +12,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+TIER_ENV = "SCALERL_TEST_TIER"
+"""Set to ``unit`` while a unit test runs (``tests/conftest.py``)."""
+
+
+def skip_without_apt_package(reason: str) -> None:
+    """Skip a test whose apt package (bubblewrap, SLURM, Chromium) is missing; in the unit tier,
+    which must pass without any (``tests/conftest.py``), fail instead: the test belongs in ``system``."""
+    if os.environ.get(TIER_ENV) == "unit":
+        pytest.fail(f"a unit test needs an apt package ({reason}); mark it @pytest.mark.system (docs/testing.md)")
+    pytest.skip(reason)
+
+
 def run_cli(args: list[str], out_root: Path, timeout: int = 600, extra_env: dict | None = None, check: bool = True):
     """Run ``python -m scalerl.sweep ARGS`` with outputs under ``out_root``."""
     env = {**os.environ, "SCALERL_OUTPUT": str(out_root), "SCALERL_NO_BAR": "1", **(extra_env or {})}
