@@ -86,6 +86,11 @@ class ModelConfig:
         """The key to change for a smaller model, named when an arm does not fit its machine."""
         return "model"
 
+    def scalerl_modeling(self) -> bool:
+        """The option's checkpoint runs on scalerl's own module (``models/llama.py``) where the run
+        computes eager attention (``RunPlan.lean``), not on transformers' modeling."""
+        return False
+
 
 class PrepareFn(Protocol):
     """The local checkpoint directory a run starts from (built and cached if needed)."""

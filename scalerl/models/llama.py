@@ -93,6 +93,13 @@ class Rotary(nn.Module):
         """Recompute the buffer (after a load that built the module on the meta device)."""
         self.inv_freq = self._inv_freq()
 
+    def _apply(self, fn, recurse=True):
+        # The inverse frequencies stay fp32 whatever dtype the module is cast to: the cos/sin
+        # are computed in fp32 and then cast, as in HF's rotary embedding.
+        super()._apply(fn, recurse)
+        self.inv_freq = self._inv_freq(self.inv_freq.device)
+        return self
+
     @torch.no_grad()
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (B, 1, T, D) for position_ids (B, T)."""
@@ -214,6 +221,9 @@ class LlamaForCausalLM(nn.Module):
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
 
     @property
     def dtype(self) -> torch.dtype:

@@ -8,6 +8,7 @@ from typing import Iterator
 
 import torch
 
+from scalerl.models import llama
 from scalerl.models.extensions import diagnose_broken_extensions
 
 with diagnose_broken_extensions():  # transformers' model classes import torchvision when it is installed
@@ -33,15 +34,19 @@ def load_checkpoint(
 
 
 def load_model(
-    path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None
+    path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None,
+    lean: bool = False,
 ) -> PreTrainedModel:
-    """The model alone (the run's tokenizer is the run plan's, ``train/run_plan.py``)."""
+    """The model alone (the run's tokenizer is the run plan's, ``train/run_plan.py``). ``lean``:
+    scalerl's own Llama module (``llama.py``; the embedded model, ``RunPlan.lean``), else transformers'."""
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(
             f"model.path={str(path)!r} is not a Hugging Face checkpoint directory (no config.json). "
             "Point model.path at a local directory; scalerl never downloads weights."
         )
+    if lean:
+        return llama.LlamaForCausalLM.from_pretrained(path, dtype=dtype, device=device)
     kwargs = {"dtype": dtype, "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -82,9 +87,12 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = register
 
 
-def build_empty(path: str | Path, *, dtype: torch.dtype, attn_implementation: str | None = None) -> PreTrainedModel:
+def build_empty(path: str | Path, *, dtype: torch.dtype, attn_implementation: str | None = None,
+                lean: bool = False) -> PreTrainedModel:
     """The checkpoint's model with its parameters on the meta device (``CheckpointUnits``
-    fills them unit by unit); its buffers are real."""
+    fills them unit by unit); its buffers are real. ``lean``: as in ``load_model``."""
+    if lean:
+        return llama.LlamaForCausalLM.empty(llama.LlamaConfig.from_pretrained(path), dtype)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     config = AutoConfig.from_pretrained(Path(path), local_files_only=True)
     with diagnose_broken_extensions(), parameters_on_meta():

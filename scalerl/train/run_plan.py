@@ -62,6 +62,9 @@ class RunPlan:
     heads: Heads
     attn: Optional[str]
     """The attention implementation every copy of the model loads with (``attn_implementation``)."""
+    lean: bool
+    """Every copy of the model is scalerl's own module (``models/llama.py``), not transformers':
+    the model option asks for it (``scalerl_modeling``) and attention is eager, which it computes."""
     engine_in_generators: bool
     """The run's engine lives in the generator processes only (``async=pipeline_rl`` with an engine
     that loads its own weights, e.g. vLLM): they sample evaluations too, and the in-process
@@ -134,8 +137,10 @@ def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Opt
     # (``PipelineSchedule.eval_generator``): a second one here would double its start-up and memory.
     remote = recipe.interleaving.generators > 0 and not samples_policy
     road = _road_kind(samples_policy=samples_policy, remote=remote, sharded=dist.mesh is not None)
+    attn = attn_implementation(cfg, body)
     return RunPlan(cfg=cfg, recipe=recipe, derived=derive(cfg, dist.world, phrase),
                    sampling=Sampling(tok=tok, max_new_tokens=cfg.length.max_new_tokens,
                                      temperature=cfg.train.temperature, device=dist.device),
                    dist=dist, threads=threads, compute_dtype=compute, body_dtype=body, heads=recipe.heads(compute),
-                   attn=attn_implementation(cfg, body), engine_in_generators=remote, engine_road=road)
+                   attn=attn, lean=cfg.model.scalerl_modeling() and attn == "eager", engine_in_generators=remote,
+                   engine_road=road)
