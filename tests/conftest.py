@@ -10,7 +10,7 @@ SLURM's clients, Chromium), ``slurm`` (cluster; tests/slurm marks its folder) an
 here, so ``python -m pytest -m unit`` is the fast lane.
 
 The fast lane must pass right after the README's pip install, where no apt package is installed,
-so a unit test runs as it would there, on every machine: ``APT_BINARIES`` are off its PATH, and the
+so a unit test runs as it would there, on every machine: ``helpers.APT_BINARIES`` are off its PATH, and the
 sandbox's cached bubblewrap probe is reset around it. A unit test that needs one of them fails
 here too, not only on a user's machine; mark it ``system``.
 """
@@ -21,21 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ANSWERS_ONLY, TIER_ENV
+from helpers import ANSWERS_ONLY, APT_BINARIES, TIER_ENV, path_without
 
 from scalerl.config import compose
 
 
 _TESTS = Path(__file__).resolve().parent
 _NOT_UNIT = ("slow", "system", "slurm", "gpu")
-
-APT_BINARIES = frozenset((
-    "bwrap",                                              # bubblewrap: task=code's namespaces sandbox
-    "chromium",                                           # the report's browser test
-    "sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sacctmgr", "salloc",  # SLURM
-    "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mariadb",
-))
-"""Programs that only an apt package installs (.ci/run installs them; the README's pip install does not)."""
 _FOLDER_TIER = {_TESTS / "slurm": "slurm", _TESTS / "gpu": "gpu"}
 
 
@@ -47,23 +39,6 @@ def pytest_collection_modifyitems(config, items):
         folder = next((tier for d, tier in _FOLDER_TIER.items() if d in parents), None)
         if folder is None and not any(item.get_closest_marker(m) for m in _NOT_UNIT):
             item.add_marker(pytest.mark.unit)
-
-
-def path_without(names, path: str, farm: Path) -> str:
-    """``path`` with every folder that holds one of ``names`` replaced by a folder of symlinks to
-    its other entries (under ``farm``): the system's binaries stay where they are (other processes
-    use them), and a process started with the result finds none of ``names``."""
-    dirs = []
-    for i, d in enumerate(path.split(os.pathsep)):
-        if d and os.path.isdir(d) and any(os.path.lexists(os.path.join(d, n)) for n in names):
-            copy = farm / str(i)
-            copy.mkdir(parents=True)
-            for entry in os.scandir(d):
-                if entry.name not in names:
-                    (copy / entry.name).symlink_to(entry.path)
-            d = str(copy)
-        dirs.append(d)
-    return os.pathsep.join(dirs)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,32 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+APT_BINARIES = frozenset((
+    "bwrap",                                              # bubblewrap: task=code's namespaces sandbox
+    "chromium",                                           # the report's browser test
+    "sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sacctmgr", "salloc",  # SLURM
+    "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mariadb",
+))
+"""Programs that only an apt package installs (.ci/run installs them; the README's pip install does not)."""
+
+
+def path_without(names, path: str, farm: Path) -> str:
+    """``path`` with every folder that holds one of ``names`` replaced by a folder of symlinks to
+    its other entries (under ``farm``): the system's binaries stay where they are (other processes
+    use them), and a process started with the result finds none of ``names``."""
+    dirs = []
+    for i, d in enumerate(path.split(os.pathsep)):
+        if d and os.path.isdir(d) and any(os.path.lexists(os.path.join(d, n)) for n in names):
+            copy = farm / str(i)
+            copy.mkdir(parents=True)
+            for entry in os.scandir(d):
+                if entry.name not in names:
+                    (copy / entry.name).symlink_to(entry.path)
+            d = str(copy)
+        dirs.append(d)
+    return os.pathsep.join(dirs)
+
+
 TIER_ENV = "SCALERL_TEST_TIER"
 """Set to ``unit`` while a unit test runs (``tests/conftest.py``)."""
 

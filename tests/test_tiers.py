@@ -9,8 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import APT_BINARIES, path_without
-from helpers import TIER_ENV, skip_without_apt_package
+from helpers import APT_BINARIES, TIER_ENV, path_without, skip_without_apt_package
 
 from scalerl.tasks.sandbox import Sandbox, SandboxConfig, namespaces_available
 
