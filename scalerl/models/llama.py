@@ -64,6 +64,21 @@ class LlamaConfig(SimpleNamespace):
         return {k: getattr(self, k) for k in self._keys}
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` without an initialisation: the module's values always come from a checkpoint, and
+    initialising on the meta device (``LlamaForCausalLM.empty``) imports ``torch._dynamo`` (about 1.5 CPU-s)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` without an initialisation (see ``Linear``)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -86,8 +101,8 @@ class Rotary(nn.Module):
         self.attention_scaling = 1.0
         self.register_buffer("inv_freq", self._inv_freq(), persistent=False)
 
-    def _inv_freq(self, device=None) -> torch.Tensor:
-        return 1.0 / (self.base ** (torch.arange(0, self.head_dim, 2, dtype=torch.float, device=device) / self.head_dim))
+    def _inv_freq(self) -> torch.Tensor:
+        return 1.0 / (self.base ** (torch.arange(0, self.head_dim, 2, dtype=torch.float) / self.head_dim))
 
     def reset(self) -> None:
         """Recompute the buffer (after a load that built the module on the meta device)."""
@@ -97,7 +112,7 @@ class Rotary(nn.Module):
         # The inverse frequencies stay fp32 whatever dtype the module is cast to: the cos/sin
         # are computed in fp32 and then cast, as in HF's rotary embedding.
         super()._apply(fn, recurse)
-        self.inv_freq = self._inv_freq(self.inv_freq.device)
+        self.inv_freq = self._inv_freq().to(self.inv_freq.device)  # computed on the CPU: no meta-device arange
         return self
 
     @torch.no_grad()
@@ -120,10 +135,10 @@ class Attention(nn.Module):
         self.head_dim = c.head_dim
         self.n_heads, self.n_kv = c.num_attention_heads, c.num_key_value_heads
         self.scaling = self.head_dim ** -0.5
-        self.q_proj = nn.Linear(c.hidden_size, self.n_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(c.hidden_size, self.n_kv * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(c.hidden_size, self.n_kv * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, c.hidden_size, bias=False)
+        self.q_proj = Linear(c.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = Linear(c.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.v_proj = Linear(c.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.o_proj = Linear(self.n_heads * self.head_dim, c.hidden_size, bias=False)
 
     def forward(self, x, bias, cos, sin, cache=None):
         """x (B, T, H); bias (B, 1, T, S) additive; cos/sin (B, 1, T, D). Returns (B, T, H)."""
@@ -147,9 +162,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.gate_proj = Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = Linear(c.intermediate_size, c.hidden_size, bias=False)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -189,7 +204,7 @@ class LlamaModel(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.config = c
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, c.pad_token_id)
+        self.embed_tokens = Embedding(c.vocab_size, c.hidden_size, c.pad_token_id)
         self.layers = nn.ModuleList(DecoderLayer(c, i) for i in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.rotary_emb = Rotary(c)
@@ -206,13 +221,15 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """Body + LM head, with HF's parameter names (``model.layers.0.self_attn.q_proj.weight``, ...)."""
+    """Body + LM head, with HF's parameter names (``model.layers.0.self_attn.q_proj.weight``, ...).
+    Built uninitialised: ``from_pretrained`` (or ``empty`` and a fill) gives it its values; the
+    embedded model's random initialisation is transformers' (``tiny.build_tiny_checkpoint``)."""
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -243,10 +260,11 @@ class LlamaForCausalLM(nn.Module):
     @classmethod
     def empty(cls, config: LlamaConfig, dtype: torch.dtype) -> "LlamaForCausalLM":
         """Parameters on the meta device (``models/load.py``'s ``CheckpointUnits`` fills them), real buffers."""
-        with torch.device("meta"):
-            model = cls(config)
+        # Built on the CPU, uninitialised (untouched pages cost no memory), then moved: constructing under
+        # torch.device("meta") runs its factory functions through torch._refs, which imports torch._dynamo.
+        model = cls(config).to(device="meta", dtype=dtype)
         model.model.rotary_emb.reset()
-        return model.to(dtype)
+        return model
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
