@@ -6,9 +6,15 @@ the session sets); a test whose warm-start settings differ builds its own once i
 cache (SCALERL_CACHE).
 Runs use one torch thread so trajectories are exactly reproducible.
 
-Tiers (docs/testing.md): ``slow`` (integration), ``slurm`` (cluster; tests/slurm marks its
-folder) and ``gpu`` (tests/gpu marks its folder) are marked where the tests are; every other
-test is marked ``unit`` here, so ``python -m pytest -m unit`` is the fast lane.
+Tiers (docs/testing.md): ``slow`` (integration), ``system`` (needs an apt package: bubblewrap,
+SLURM's clients, Chromium), ``slurm`` (cluster; tests/slurm marks its folder) and ``gpu``
+(tests/gpu marks its folder) are marked where the tests are; every other test is marked ``unit``
+here, so ``python -m pytest -m unit`` is the fast lane.
+
+The fast lane must pass right after the README's pip install, where no apt package is installed,
+so a unit test runs as it would there, on every machine: ``helpers.APT_BINARIES`` are off its PATH, and the
+sandbox's cached bubblewrap probe is reset around it. A unit test that needs one of them fails
+here too, not only on a user's machine; mark it ``system``.
 """
 from __future__ import annotations
 
@@ -17,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ANSWERS_ONLY, TEST_WARM_STARTS, WARM_STARTS_ENV
+from helpers import ANSWERS_ONLY, APT_BINARIES, TEST_WARM_STARTS, TIER_ENV, WARM_STARTS_ENV, path_without
 
 from scalerl.config import compose
 
 
 _TESTS = Path(__file__).resolve().parent
-_NOT_UNIT = ("slow", "slurm", "gpu")
+_NOT_UNIT = ("slow", "system", "slurm", "gpu")
 _FOLDER_TIER = {_TESTS / "slurm": "slurm", _TESTS / "gpu": "gpu"}
 
 
@@ -35,6 +41,23 @@ def pytest_collection_modifyitems(config, items):
         folder = next((tier for d, tier in _FOLDER_TIER.items() if d in parents), None)
         if folder is None and not any(item.get_closest_marker(m) for m in _NOT_UNIT):
             item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(scope="session")
+def _path_without_apt(tmp_path_factory) -> str:
+    return path_without(APT_BINARIES, os.environ.get("PATH", os.defpath), tmp_path_factory.mktemp("path-without-apt"))
+
+
+@pytest.fixture(autouse=True)
+def _unit_without_apt_packages(request, monkeypatch):
+    """A unit test runs as after the README's pip install alone (the module doc)."""
+    if request.node.get_closest_marker("unit") is not None:
+        from scalerl.tasks.sandbox import runner
+
+        monkeypatch.setenv("PATH", request.getfixturevalue("_path_without_apt"))
+        monkeypatch.setenv(TIER_ENV, "unit")
+        monkeypatch.setattr(runner, "_PROBES", {})  # a probe made with bubblewrap in sight, or without it
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,6 +16,44 @@ WARM_STARTS_ENV = "SCALERL_WARM_STARTS"
 """scalerl.train.warmstart.SEARCH_ENV (a literal here: importing the trainer costs seconds per session)."""
 
 
+APT_BINARIES = frozenset((
+    "bwrap",                                              # bubblewrap: task=code's namespaces sandbox
+    "chromium",                                           # the report's browser test
+    "sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sacctmgr", "salloc",  # SLURM
+    "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mariadb",
+))
+"""Programs that only an apt package installs (.ci/run installs them; the README's pip install does not)."""
+
+
+def path_without(names, path: str, farm: Path) -> str:
+    """``path`` with every folder that holds one of ``names`` replaced by a folder of symlinks to
+    its other entries (under ``farm``): the system's binaries stay where they are (other processes
+    use them), and a process started with the result finds none of ``names``."""
+    dirs = []
+    for i, d in enumerate(path.split(os.pathsep)):
+        if d and os.path.isdir(d) and any(os.path.lexists(os.path.join(d, n)) for n in names):
+            copy = farm / str(i)
+            copy.mkdir(parents=True)
+            for entry in os.scandir(d):
+                if entry.name not in names:
+                    (copy / entry.name).symlink_to(entry.path)
+            d = str(copy)
+        dirs.append(d)
+    return os.pathsep.join(dirs)
+
+
+TIER_ENV = "SCALERL_TEST_TIER"
+"""Set to ``unit`` while a unit test runs (``tests/conftest.py``)."""
+
+
+def skip_without_apt_package(reason: str) -> None:
+    """Skip a test whose apt package (bubblewrap, SLURM, Chromium) is missing; in the unit tier,
+    which must pass without any (``tests/conftest.py``), fail instead: the test belongs in ``system``."""
+    if os.environ.get(TIER_ENV) == "unit":
+        pytest.fail(f"a unit test needs an apt package ({reason}); mark it @pytest.mark.system (docs/testing.md)")
+    pytest.skip(reason)
+
+
 def run_cli(args: list[str], out_root: Path, timeout: int = 600, extra_env: dict | None = None, check: bool = True):
     """Run ``python -m scalerl.sweep ARGS`` with outputs under ``out_root``."""
     env = {**os.environ, "SCALERL_OUTPUT": str(out_root), "SCALERL_NO_BAR": "1", **(extra_env or {})}

@@ -282,3 +282,52 @@ def test_no_test_imports_another_test():
     pattern = re.compile(r"^\s*(?:from\s+test_\w+\s+import|import\s+test_\w+)", re.M)
     bad = [f"{p.relative_to(REPO)}" for p in (REPO / "tests").rglob("*.py") if pattern.search(p.read_text())]
     assert not bad, bad
+
+
+_IMPORT_TRACE = '''
+import os, sys
+
+
+class _Trace:
+    """Writes, per process, every module name it is asked to find (never finds one itself)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("transformers") or name == "scalerl.train.loop":
+            with open(os.path.join(os.environ["SCALERL_IMPORT_TRACE"], f"{os.getpid()}.txt"), "a") as f:
+                f.write(name + "\\n")
+        return None
+
+
+sys.meta_path.insert(0, _Trace())
+'''
+
+
+@pytest.mark.slow
+def test_an_embedded_run_imports_no_modeling_of_transformers(tmp_path):
+    # Every process of a one-step run through the entry point (the sweep, the arms' forkserver, the
+    # arm) records the modules it imports (a sitecustomize on PYTHONPATH, inherited by each Python
+    # process, forked ones included): the trainer is imported, and transformers only for the
+    # tokenizer, never a model's modeling (models/llama.py; about 3 CPU-s per process, docs/testing.md).
+    # The random-init checkpoint is built first, as any earlier run on this cache did: building it
+    # (once per cache) still uses transformers' Llama (docs/embedded.md).
+    from helpers import ANSWERS_ONLY, run_cli
+
+    from scalerl.config import compose, validate
+    from scalerl.models.tiny import prepare_tiny
+
+    args = ["train.steps=1", "train.eval_every=1", "logger=none", "async=sync", "train.threads=1", *ANSWERS_ONLY]
+    cfg = validate(compose(args))
+    prepare_tiny(cfg.model, Path(cfg.cache_dir).expanduser(), log=lambda line: None)
+    hook, trace = tmp_path / "hook", tmp_path / "trace"
+    hook.mkdir(), trace.mkdir()
+    (hook / "sitecustomize.py").write_text(_IMPORT_TRACE)
+    env = {"PYTHONPATH": f"{hook}:{REPO}", "SCALERL_IMPORT_TRACE": str(trace)}
+    run_cli(args, tmp_path / "out", extra_env=env)
+    per_pid = {p.stem: p.read_text().split() for p in trace.glob("*.txt")}
+    trainers = [pid for pid, names in per_pid.items() if "scalerl.train.loop" in names]
+    assert trainers, f"the trace saw no process import the trainer: {sorted(per_pid)}"
+    assert any("transformers" in per_pid[pid] for pid in trainers)  # the tokenizer's
+    modeling = sorted({n for names in per_pid.values() for n in names
+                       if n.startswith(("transformers.models.", "transformers.modeling_", "transformers.masking_utils",
+                                        "transformers.cache_utils", "transformers.integrations.flash_attention"))})
+    assert modeling == [], modeling

@@ -19,7 +19,7 @@ from helpers import ANSWERS_ONLY, cli
 
 # One xdist group: the sweep below is a session fixture, and each pytest-xdist worker has its own
 # session, so under `-n 3 --dist load` three workers each ran the sweep (about 200 s each in CI).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report_browser")]
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.xdist_group("report_browser")]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREEN = {"width": 1400, "height": 900}
 
@@ -41,7 +41,7 @@ def real_sweep(tmp_path_factory):
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+        skip_without_apt_package("Debian's chromium is not installed (.ci/run installs it)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield b

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from helpers import REPO
+from helpers import REPO, skip_without_apt_package
 
 from scalerl.tasks.sandbox import Job, Sandbox, SandboxConfig, namespaces_available
 
@@ -30,7 +30,7 @@ PROCESS = SandboxConfig(isolation="process", python="" if os.geteuid() else "/us
 def namespaces() -> Sandbox:
     why = namespaces_available(NAMESPACES)
     if why:  # .ci/run installs bubblewrap; elsewhere this backend cannot run at all
-        pytest.skip(f"namespaces backend unavailable: {why}")
+        skip_without_apt_package(f"namespaces backend unavailable: {why}")
     return Sandbox(NAMESPACES)
 
 
@@ -38,6 +38,9 @@ def process() -> Sandbox:
     if os.geteuid() == 0 and not os.path.exists("/usr/bin/python3"):
         pytest.skip("no world-readable interpreter for the root process fallback")
     return Sandbox(PROCESS)
+
+
+BACKENDS = [pytest.param(namespaces, marks=pytest.mark.system), process]  # bubblewrap is an apt package
 
 
 def marker_processes(marker: str) -> list[int]:
@@ -82,7 +85,7 @@ def out(res) -> str:
 
 
 # ------------------------------------------------------------------ usable and parallel
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_runs_programs_of_each_style(make):
     sb = make()
     assert [t.stdout for t in sb.run(ADD).tests] == ["5\n", "6\n"]
@@ -96,6 +99,7 @@ def test_runs_programs_of_each_style(make):
     assert early.tests[0].result != "ok"
 
 
+@pytest.mark.system
 def test_many_sandboxes_in_parallel_leak_nothing():
     sb = Sandbox(SandboxConfig(isolation=namespaces().isolation, workers=4, **LIMITS))
     marker = f"scalerl-leak-{uuid.uuid4().hex}"
@@ -111,13 +115,13 @@ def test_many_sandboxes_in_parallel_leak_nothing():
 
 
 # ------------------------------------------------------------------ escape attempts
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_infinite_loop_is_stopped(make):
     res, took = attempt(make(), "while True:\n    pass")
     assert res.tests[0].status == "timeout" and took < 20
 
 
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_fork_bomb_is_contained(make):
     bomb = ("import os\n"
             "while True:\n"
@@ -129,12 +133,13 @@ def test_fork_bomb_is_contained(make):
     assert res.tests[0].status in ("timeout", "error") and took < 25
 
 
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_allocating_10_gb_fails(make):
     res, _ = attempt(make(), "x = bytearray(10 * 1024 ** 3)\nprint('allocated', len(x))")
     assert res.tests[0].status == "error" and "allocated" not in out(res)
 
 
+@pytest.mark.system
 def test_writing_outside_the_temporary_directory_fails():
     tag = uuid.uuid4().hex
     targets = [REPO / f"escape-{tag}", f"/tmp/escape-{tag}", f"/usr/lib/escape-{tag}", f"/escape-{tag}",
@@ -153,6 +158,7 @@ def test_writing_outside_the_temporary_directory_fails():
     assert not any(os.path.exists(t) for t in targets[:3])
 
 
+@pytest.mark.system
 def test_reading_project_files_and_parent_environment_fails(monkeypatch):
     secret = f"scalerl-secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("SCALERL_SANDBOX_SECRET", secret)
@@ -179,7 +185,7 @@ def test_reading_project_files_and_parent_environment_fails(monkeypatch):
     assert "ScaleRL" not in text and f"denied {readme}" in text
 
 
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_parent_environment_is_not_inherited(make, monkeypatch):
     secret = f"scalerl-secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("SCALERL_SANDBOX_SECRET", secret)
@@ -189,7 +195,7 @@ def test_parent_environment_is_not_inherited(make, monkeypatch):
     assert secret not in out(res) and "denied" in out(res)
 
 
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_socket_to_localhost_fails(make):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -230,6 +236,7 @@ def test_socket_to_localhost_fails(make):
     assert got == [] and "CONNECTED" not in out(res) and "refused" in out(res)
 
 
+@pytest.mark.system
 def test_os_system_and_subprocess_shell_fail():
     tag = uuid.uuid4().hex
     code = ("import os, subprocess\n"
@@ -243,7 +250,7 @@ def test_os_system_and_subprocess_shell_fail():
     assert not os.path.exists(f"/tmp/pwned-{tag}")
 
 
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_killing_the_parent_fails(make):
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
@@ -261,7 +268,7 @@ def test_killing_the_parent_fails(make):
         victim.wait()
 
 
-@pytest.mark.parametrize("make", [namespaces, process])
+@pytest.mark.parametrize("make", BACKENDS)
 def test_no_child_process_outlives_the_test(make):
     marker = f"scalerl-orphan-{uuid.uuid4().hex}"
     code = ("import os, subprocess, sys\n"

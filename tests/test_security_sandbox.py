@@ -10,6 +10,7 @@ import sysconfig
 import time
 
 import pytest
+from helpers import skip_without_apt_package
 
 from scalerl.tasks.code import CodeTests, passed
 from scalerl.tasks.sandbox import Job, Sandbox, SandboxConfig, namespaces_available
@@ -22,7 +23,7 @@ def namespaces(**kw) -> Sandbox:
     cfg = SandboxConfig(isolation="namespaces", **{**LIMITS, **kw})
     why = namespaces_available(cfg)
     if why:
-        pytest.skip(f"namespaces backend unavailable: {why}")
+        skip_without_apt_package(f"namespaces backend unavailable: {why}")
     return Sandbox(cfg)
 
 
@@ -32,7 +33,7 @@ def process(**kw) -> Sandbox:
     return Sandbox(SandboxConfig(isolation="process", python=PYTHON, unsafe_process_isolation=True, **{**LIMITS, **kw}))
 
 
-BACKENDS = [namespaces, process]
+BACKENDS = [pytest.param(namespaces, marks=pytest.mark.system), process]  # bubblewrap is an apt package
 FD3 = "import os\nos.write(3, b'ok')\nos.write(3, b'[[4]]')\nos._exit(0)\n"  # the forged pass of issue 27.4
 ALWAYS_EQUAL = ("class Yes(int):\n"
                 "    def __eq__(self, other): return True\n"
@@ -99,6 +100,7 @@ def test_output_one_byte_over_the_limit_fails_even_on_64k_reads(make):
         assert over.tests[0].status == "error", n
 
 
+@pytest.mark.system
 def test_the_program_cannot_stop_the_harness():
     """SIGSTOP to its parent (the harness, pid 1 of the sandbox) and to every pid it can see:
     the per-test timeout still holds, well before the run's total limit."""
@@ -118,6 +120,7 @@ def test_the_program_cannot_stop_the_harness():
     assert took < LIMITS["total_timeout_s"] / 2, took
 
 
+@pytest.mark.system
 def test_the_program_cannot_trace_or_read_the_harness():
     """The harness is non-dumpable: its descriptors (the report pipe to the host), memory and
     environment are closed to a program of the same uid."""
@@ -133,6 +136,7 @@ def test_the_program_cannot_trace_or_read_the_harness():
     assert res.tests[0].stdout.splitlines() == ["fd PermissionError", "mem PermissionError", "environ PermissionError"]
 
 
+@pytest.mark.system
 def test_no_capabilities_few_files_and_no_site_packages_inside():
     sb = namespaces()
     site = sysconfig.get_paths()["purelib"]

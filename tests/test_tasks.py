@@ -182,6 +182,7 @@ def solution_for(problem) -> str:
     return next(code for start, code in SOLUTIONS.items() if start in problem.prompt)
 
 
+@pytest.mark.system  # grading runs the code under bubblewrap (task.sandbox.isolation=auto), an apt package
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_deepcoder_records_load_and_grade(tmp_path, fmt):
     rows = deepcoder_rows()
@@ -206,6 +207,7 @@ def test_deepcoder_records_load_and_grade(tmp_path, fmt):
     assert g.flags["crash"] == [False, False, False, True, False] and g.flags["timeout"] == [False, False, False, False, True]
 
 
+@pytest.mark.system  # grades code under bubblewrap
 def test_code_fraction_scoring_gives_partial_credit(tmp_path):
     path = write_jsonl(tmp_path / "deepcoder.jsonl", deepcoder_rows())
     t = build(task_cfg("task=code", f"task.path={path}", "task.scoring=fraction", "task.wrong_reward=-1"))
@@ -214,6 +216,7 @@ def test_code_fraction_scoring_gives_partial_credit(tmp_path):
     assert g.reward == [0.0] and g.correct == [False]  # -1 + 0.5 * (1 - (-1))
 
 
+@pytest.mark.system  # grades code under bubblewrap
 def test_livecodebench_records_with_compressed_private_tests(tmp_path):
     path = write_jsonl(tmp_path / "lcb.jsonl", livecodebench_rows() * 1)
     t = build(task_cfg("task=code", f"task.path={path}", "task.problem_field=question_content",
@@ -234,6 +237,7 @@ def test_code_needs_no_warm_start_answers(tmp_path):
 
 
 # ------------------------------------------------------------------ mix
+@pytest.mark.system  # grades code under bubblewrap
 def test_mix_weights_heldout_per_task_and_routing(polaris, tmp_path):
     code = write_jsonl(tmp_path / "deepcoder.jsonl", deepcoder_rows())
     cfg = task_cfg("task=mix", f"task.tasks.math.path={polaris['parquet']}", f"task.tasks.code.path={code}",

@@ -56,7 +56,10 @@ from scalerl.launch.rundir import sweep_run_dir
 from scalerl.registry import async_node
 from scalerl.train.signals import exit_code, signal_of
 
-ARM_PRELOAD = ["scalerl.launch.app", "scalerl.train.loop"]  # what the forkserver imports once per sweep
+# What the forkserver imports once per sweep: the trainer, and what every arm imports later anyway, in
+# its build: the tokenizer's class (transformers is imported on first use, models/load.py) and
+# torch._dynamo (torch's optimizers import it when the first one is built).
+ARM_PRELOAD = ["scalerl.launch.app", "scalerl.train.loop", "transformers.tokenization_utils_tokenizers", "torch._dynamo"]
 SWEEP_POLL_S = 1.0
 STOP_WAIT_S = 120.0  # after Ctrl-C, how long the arms get to checkpoint before they are terminated
 EXIT_WAIT_S = 60.0   # how long an arm's process may linger after it sent its result

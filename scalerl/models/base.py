@@ -94,6 +94,11 @@ class ModelConfig:
             return None
         return int(c.get("num_experts") or c.get("num_local_experts") or 0) > 0
 
+    def scalerl_modeling(self) -> bool:
+        """The option's checkpoint runs on scalerl's own module (``models/llama.py``) where the run
+        computes eager attention (``RunPlan.lean``), not on transformers' modeling."""
+        return False
+
 
 class PrepareFn(Protocol):
     """The local checkpoint directory a run starts from (built and cached if needed)."""

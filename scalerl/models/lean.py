@@ -19,7 +19,8 @@ with fewer ops per layer:
 The RMSNorms are HF's own modules, and HF's order of operations is kept where it rounds
 (scores scaled after the q·k product, softmax in fp32), so in fp32 the outputs agree with HF's to
 float rounding (``tests/test_lean_decoder.py``). Only the generator uses it, under
-``torch.no_grad``: the trainer's forward stays HF's own module (and FSDP2's units).
+``torch.no_grad``: the trainer's forward is the module's own (``llama.py`` for the embedded model,
+HF's for ``model=hf``), with FSDP2's units.
 Anything else (another architecture, sdpa or flash attention, rope scaling, biases,
 attention dropout) runs HF's forward unchanged; ``model.attn_implementation=sdpa`` turns this path off.
 """

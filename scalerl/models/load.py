@@ -6,16 +6,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from typing import TYPE_CHECKING
+
 import torch
 
+from scalerl.models import llama
 from scalerl.models.extensions import diagnose_broken_extensions
 
-with diagnose_broken_extensions():  # transformers' model classes import torchvision when it is installed
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-hf_logging.disable_progress_bar()  # per-arm logs stay readable
-hf_logging.set_verbosity_error()
+
+def transformers_quiet():
+    """transformers, imported on first use: its modeling costs about 3 CPU-s per process
+    (docs/testing.md), and the embedded model runs on scalerl's own module (``llama.py``)."""
+    with diagnose_broken_extensions():  # transformers' model classes import torchvision when it is installed
+        import transformers
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-arm logs stay readable
+    hf_logging.set_verbosity_error()
+    return transformers
 
 
 def compute_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -33,28 +44,45 @@ def load_checkpoint(
 
 
 def load_model(
-    path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None
+    path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None,
+    lean: bool = False,
 ) -> PreTrainedModel:
-    """The model alone (the run's tokenizer is the run plan's, ``train/run_plan.py``)."""
+    """The model alone (the run's tokenizer is the run plan's, ``train/run_plan.py``). ``lean``:
+    scalerl's own Llama module (``llama.py``; the embedded model, ``RunPlan.lean``), else transformers'."""
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(
             f"model.path={str(path)!r} is not a Hugging Face checkpoint directory (no config.json). "
             "Point model.path at a local directory; scalerl never downloads weights."
         )
+    if lean:
+        return llama.LlamaForCausalLM.from_pretrained(path, dtype=dtype, device=device)
     kwargs = {"dtype": dtype, "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    transformers = transformers_quiet()
     with diagnose_broken_extensions():
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if model.dtype != dtype:  # transformers < 4.56 names the argument torch_dtype and ignores dtype
         model = model.to(dtype)
     return model.to(device)
 
 
+PLAIN_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+"""``tokenizer_class`` values that name transformers' tokenizers-backed class itself (one class in transformers 5)."""
+
+
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     """The checkpoint's tokenizer (tasks render prompts with its chat template)."""
-    tok = AutoTokenizer.from_pretrained(Path(path), local_files_only=True)
+    transformers, path = transformers_quiet(), Path(path)
+    try:
+        kind = json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        kind = None
+    # A plain tokenizers-backed tokenizer (the embedded model's) is loaded by its class: AutoTokenizer's
+    # module imports transformers' masking utilities and torch._dynamo, about 1.2 CPU-s more per process.
+    cls = transformers.PreTrainedTokenizerFast if kind in PLAIN_TOKENIZERS else transformers.AutoTokenizer
+    tok = cls.from_pretrained(path, local_files_only=True)
     if tok.pad_token_id is None:  # many chat checkpoints ship without a pad token
         tok.pad_token = tok.eos_token
     return tok
@@ -82,13 +110,17 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = register
 
 
-def build_empty(path: str | Path, *, dtype: torch.dtype, attn_implementation: str | None = None) -> PreTrainedModel:
+def build_empty(path: str | Path, *, dtype: torch.dtype, attn_implementation: str | None = None,
+                lean: bool = False) -> PreTrainedModel:
     """The checkpoint's model with its parameters on the meta device (``CheckpointUnits``
-    fills them unit by unit); its buffers are real."""
+    fills them unit by unit); its buffers are real. ``lean``: as in ``load_model``."""
+    if lean:
+        return llama.LlamaForCausalLM.empty(llama.LlamaConfig.from_pretrained(path), dtype)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    config = AutoConfig.from_pretrained(Path(path), local_files_only=True)
+    transformers = transformers_quiet()
+    config = transformers.AutoConfig.from_pretrained(Path(path), local_files_only=True)
     with diagnose_broken_extensions(), parameters_on_meta():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
     return model
 
 
@@ -152,7 +184,8 @@ class CheckpointUnits:
 
     def _load_whole(self) -> dict[str, torch.Tensor]:
         if self._whole is None:  # e.g. pytorch_model.bin: one full copy, as every load did before
+            transformers = transformers_quiet()
             with diagnose_broken_extensions():
-                full = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, local_files_only=True)
+                full = transformers.AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, local_files_only=True)
             self._whole = dict(full.state_dict())
         return self._whole

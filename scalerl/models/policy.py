@@ -7,17 +7,16 @@ generator and trainer"); only the head function differs per side.
 """
 from __future__ import annotations
 
-import copy
 import inspect
 from contextlib import nullcontext
 
 import torch
 from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache, PreTrainedModel
 
 from scalerl.models.head_stats import NOT_LINEAR, LinearHeadStats, linear_head_dtype
 from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
 from scalerl.models.routing import RouterHooks, right_align
+from scalerl.models.llama import LlamaForCausalLM
 from scalerl.precision.base import HeadFn
 
 
@@ -100,36 +99,58 @@ def _head_stats(h, weight, y, head: HeadFn, temperature: float):
     return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), ent
 
 
-class PromptCache(DynamicCache):
-    """The prompt pass's cache: a repeated write to a layer replaces its keys/values instead of
-    appending, so an activation-checkpointing replay of the pass leaves the same cache."""
+class PromptKV:
+    """The prompt pass's cache for scalerl's own module (``llama.py``); ``hf_cache.PromptCache``
+    for transformers': the keys/values per layer, a repeated write to a layer replacing them, so an
+    activation-checkpointing replay of the pass leaves the same cache."""
 
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if layer_idx < len(self.layers) and self.layers[layer_idx].is_initialized:
-            layer = self.layers[layer_idx]
-            layer.keys, layer.values = key_states, value_states
-            return key_states, value_states
-        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+    def __init__(self):
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    def update(self, key_states, value_states, layer_idx):
+        if layer_idx < len(self.keys):
+            self.keys[layer_idx], self.values[layer_idx] = key_states, value_states
+        else:
+            self.keys.append(key_states)
+            self.values.append(value_states)
+        return key_states, value_states
 
 
-class PrefixCache(DynamicCache):
-    """The completion pass's read-only view of the prompt's keys/values: each layer attends to
-    prefix + its own keys, and nothing is stored, so the pass is a pure function of its inputs and
-    a checkpointed layer recomputes exactly what it computed (``model.activation_checkpointing``).
-    The same values as ``DynamicCache``'s append (one concatenation either way)."""
+class PrefixKV:
+    """The completion pass's read-only view of the prompt's keys/values (``hf_cache.PrefixCache``
+    for transformers'): each layer attends to prefix + its own keys, nothing is stored."""
+
+    def __init__(self, keys: list, values: list):
+        self.keys, self.values = list(keys), list(values)
 
     @classmethod
-    def of(cls, prompt: DynamicCache) -> "PrefixCache":
-        out = cls()
-        out.layers = [copy.copy(layer) for layer in prompt.layers]  # own layer objects, shared tensors
-        return out
+    def of(cls, prompt: PromptKV) -> "PrefixKV":
+        return cls(prompt.keys, prompt.values)
 
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        layer = self.layers[layer_idx]
-        return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+    def update(self, key_states, value_states, layer_idx):
+        return (torch.cat([self.keys[layer_idx], key_states], dim=-2),
+                torch.cat([self.values[layer_idx], value_states], dim=-2))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.keys = [t.repeat_interleave(repeats, dim=0) for t in self.keys]
+        self.values = [t.repeat_interleave(repeats, dim=0) for t in self.values]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.keys = [t[indices, ...] for t in self.keys]
+        self.values = [t[indices, ...] for t in self.values]
 
 
-def checkpoint_layers(model: PreTrainedModel, enabled: bool = True) -> int:
+def trainer_caches(model) -> tuple[type, type]:
+    """(prompt cache, prefix cache) classes for ``model``: transformers' only for its modeling."""
+    if isinstance(model, LlamaForCausalLM):
+        return PromptKV, PrefixKV
+    from scalerl.models.hf_cache import PrefixCache, PromptCache  # transformers: only for its own modeling
+
+    return PromptCache, PrefixCache
+
+
+def checkpoint_layers(model: torch.nn.Module, enabled: bool = True) -> int:
     """Activation checkpointing per decoder layer (``model.activation_checkpointing``): each
     layer keeps only its input and recomputes the rest in the backward. torch's composable
     ``checkpoint`` works by module hooks, so parameter names are unchanged (checkpoints, weight
@@ -174,7 +195,7 @@ class CompletionLogits(torch.nn.Module):
     divides them by the sampling temperature.
     """
 
-    def __init__(self, model: PreTrainedModel, head: HeadFn, head_chunk: int = 0):
+    def __init__(self, model: torch.nn.Module, head: HeadFn, head_chunk: int = 0):
         super().__init__()
         self.model = model
         self.head = head
@@ -187,6 +208,7 @@ class CompletionLogits(torch.nn.Module):
         """The ``routing`` option's ``RouteFn`` when it replays the generator's experts (``train/setup.py``); None: own routing."""
         self.routed = None
         """An MoE's experts of the last forward: (prompt (P, W, L, k), completion (N, fed, L, k)) int16."""
+        self._caches = trainer_caches(model)
 
     def forward(self, prompt_ids, prompt_mask, tokens, token_mask, group=1, *, temperature=None, head_chunk=None,
                 experts=None):
@@ -210,12 +232,13 @@ class CompletionLogits(torch.nn.Module):
         body, kw = self.model.get_decoder(), self._cache_kw
         routers = self.routers
         replay = experts if routers is not None and self.route is not None else None
-        cache = PromptCache()
+        prompt_cache, prefix_cache = self._caches
         with (routers.replaying(None if replay is None else right_align(replay[0], prompt_ids.shape[1]), self.route)
               if routers is not None else nullcontext()):
-            h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask), cache=cache)
+            h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask),
+                                       cache=prompt_cache())
         routed_prompt = routers.take(tuple(prompt_ids.shape)) if routers is not None else None
-        cache = PrefixCache.of(cache)
+        cache = prefix_cache.of(cache)
         if isinstance(group, torch.Tensor):  # (N,) prompt index per row
             cache.batch_select_indices(group)
             pmask = prompt_mask[group]
@@ -273,7 +296,7 @@ class Policy:
     ``lean``: sample through ``LeanLlama`` where it supports the model (``lean.py``).
     """
 
-    def __init__(self, model: PreTrainedModel, *, gen_head: HeadFn, train_head: HeadFn,
+    def __init__(self, model: torch.nn.Module, *, gen_head: HeadFn, train_head: HeadFn,
                  head_weight: torch.Tensor | None = None, lean: bool = True):
         self.model = model
         self.body = model.get_decoder()
@@ -288,7 +311,11 @@ class Policy:
 
     def new_cache(self, capacity: int):
         """An empty KV cache for ``hidden`` holding up to ``capacity`` positions per row."""
-        return self.lean.new_cache(capacity) if self.lean is not None else DynamicCache()
+        if self.lean is not None:
+            return self.lean.new_cache(capacity)
+        from transformers import DynamicCache  # transformers' modeling only: scalerl's own takes the lean path
+
+        return DynamicCache()
 
     def hidden(self, input_ids, attention_mask, position_ids, cache=None):
         """Run the body. Returns (last hidden states (N, T, H), cache)."""

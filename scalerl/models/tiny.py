@@ -43,6 +43,11 @@ class TinyModelConfig(ModelConfig):
     def size_key(self) -> str:
         return "model.hidden_size"
 
+    def scalerl_modeling(self) -> bool:
+        # This option's own Llama checkpoints only: an option built on this schema with another
+        # architecture keeps transformers' modeling until it says otherwise.
+        return self.name == "tiny"
+
     def architecture(self) -> dict:
         return dict(vocab_size=VOCAB_BOUND, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
                     num_attention_heads=self.num_heads, num_key_value_heads=self.num_heads,

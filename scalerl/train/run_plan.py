@@ -66,6 +66,9 @@ class RunPlan:
     """The road the trainer's weights take (``road_kind``, the one table; ``setup.build_road``)."""
     schedule: str
     """The schedule the ``async`` option names (``AsyncConfig.schedule``; ``schedules.schedule_class``)."""
+    lean: bool
+    """Every copy of the model is scalerl's own module (``models/llama.py``), not transformers':
+    the model option asks for it (``scalerl_modeling``) and attention is eager, which it computes."""
 
     @property
     def interleaving(self) -> Interleaving:
@@ -175,8 +178,10 @@ def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Opt
     own_dtype = gen_dtype != body or heads.gen_round_dtype not in (None, gen_dtype)
     road = road_kind(generators=recipe.interleaving.generators, samples_policy=cfg.generation.samples_policy,
                      sharded=dist.mesh is not None, own_dtype=own_dtype)
+    attn = attn_implementation(cfg, body)
     return RunPlan(cfg=cfg, recipe=recipe, derived=derive(cfg, dist.world, phrase),
                    sampling=Sampling(tok=tok, max_new_tokens=cfg.length.max_new_tokens,
                                      temperature=cfg.train.temperature, device=dist.device),
                    dist=dist, threads=threads, compute_dtype=compute, body_dtype=body, heads=heads,
-                   attn=attn_implementation(cfg, body), road=road, schedule=async_node(cfg).schedule())
+                   attn=attn, lean=cfg.model.scalerl_modeling() and attn == "eager", road=road,
+                   schedule=async_node(cfg).schedule())

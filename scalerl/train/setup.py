@@ -141,9 +141,9 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
     if sharded:
         # fp32 master weights built on the meta device; each FSDP2 unit is read from the checkpoint
         # just before it is sharded (``CheckpointUnits``): no rank ever holds a full copy.
-        model = build_empty(ckpt, dtype=torch.float32, attn_implementation=attn)
+        model = build_empty(ckpt, dtype=torch.float32, attn_implementation=attn, lean=plan.lean)
     else:
-        model = load_model(ckpt, dtype=body, device=device, attn_implementation=attn)
+        model = load_model(ckpt, dtype=body, device=device, attn_implementation=attn, lean=plan.lean)
     model.train()  # no dropout in the tiny model; real checkpoints set their own
     n_params = flop_params(model)
     if cfg.model.activation_checkpointing:  # before fully_shard: the composable checkpoint composes with it
@@ -158,9 +158,9 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
         # A generator copy only where this process samples from it: not for an engine with weights of
         # its own (vLLM) or one in generator processes; they get weights pushed from ``model``.
         if copy:
-            gen_model = load_model(ckpt, dtype=body, device=device, attn_implementation=attn)
+            gen_model = load_model(ckpt, dtype=body, device=device, attn_implementation=attn, lean=plan.lean)
         else:
-            gen_model = build_empty(ckpt, dtype=body, attn_implementation=attn)  # the config, for export
+            gen_model = build_empty(ckpt, dtype=body, attn_implementation=attn, lean=plan.lean)  # the config, for export
         gen_model.eval()
         # An fp32 generator head keeps its own fp32 copy of the head weight (the body copy is in bf16).
         own_head = copy and heads.gen_dtype == torch.float32 and body != torch.float32
@@ -213,7 +213,8 @@ def own_sampler(plan: RunPlan, r: Run) -> TorchGenerator:
     weights, computed in the trainer's dtype)."""
     gen_dtype = plan.heads.gen_body_dtype or plan.body_dtype
     rounds = plan.heads.gen_round_dtype not in (None, gen_dtype)
-    model = load_model(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn)
+    model = load_model(r.checkpoint, dtype=gen_dtype, device=plan.dist.device, attn_implementation=plan.attn,
+                       lean=plan.lean)
     model.eval()
     return TorchGenerator(Policy(model, gen_head=plan.heads.gen, train_head=plan.heads.gen), plan.dist.device,
                           round_to=plan.heads.gen_round_dtype if rounds else None)

@@ -87,6 +87,8 @@ class WorkerSpec:
     """Its option config, as a plain (picklable) schema instance; None: the schema's defaults."""
     seed: int = 0
     """The run's seed (an engine's own seed; every request carries its prompt's seed too)."""
+    lean: bool = False
+    """The model is scalerl's own module (``RunPlan.lean``), as in the trainer."""
 
 
 @dataclass
@@ -279,7 +281,7 @@ def build_engine(spec: WorkerSpec):
     policy = None
     if option.schema.samples_policy:  # an in-process sampler: its own copy of the checkpoint
         model = load_model(spec.checkpoint, dtype=body, device=device,
-                           attn_implementation=spec.attn_implementation)
+                           attn_implementation=spec.attn_implementation, lean=spec.lean)
         model.eval()
         missing = {s.name for s in spec.schema} - set(model.state_dict())
         if missing:

@@ -125,7 +125,7 @@ def generator_pool(plan, r, *, gen_threads: int, dtype: str) -> GeneratorPool | 
         compute_dtype=str(plan.compute_dtype).removeprefix("torch."), heads=plan.recipe.heads,
         attn_implementation=plan.attn, threads=gen_threads,
         timeout_s=mode.timeout_s, in_flight=mode.in_flight, schema=(),
-        generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed)
+        generation=cfg.generation.name, generation_cfg=cfg.generation, seed=cfg.seed, lean=plan.lean)
     # The push schema needs shapes only (no gather). Generators the trainer does not start: an
     # operator's (external_generators), then the job's generator nodes' (launch/roles.py), the last ones.
     node = async_node(cfg)
