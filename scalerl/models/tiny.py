@@ -76,14 +76,19 @@ class TinyModelConfig(ModelConfig):
 
 def prepare_tiny(cfg: TinyModelConfig, cache_dir: Path, *, log=print) -> Path:
     """Build the random-init checkpoint once, cached by a hash of its config."""
-    kw = cfg.build_kwargs()
-    base = Path(cache_dir) / f"tiny-{stable_hash(kw)}"
+    return build_cached(Path(cache_dir), "tiny", cfg.build_kwargs(), build_tiny_checkpoint, log=log, what="tiny model")
+
+
+def build_cached(cache_dir: Path, prefix: str, kw: dict, build, *, log, what: str) -> Path:
+    """``build(out_dir, **kw)`` once into ``cache_dir/<prefix>-<hash of kw>``, under a file lock, by way of
+    a temporary folder renamed at the end (a killed build leaves no half checkpoint behind)."""
+    base = cache_dir / f"{prefix}-{stable_hash(kw)}"
     with FileLock(str(base) + ".lock"):
         if not (base / "model.safetensors").exists():
-            log(f"[scalerl] building tiny model -> {base}")
+            log(f"[scalerl] building {what} -> {base}")
             tmp = base.with_name(base.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
-            build_tiny_checkpoint(tmp, **kw)
+            build(tmp, **kw)
             shutil.rmtree(base, ignore_errors=True)  # a partial copy from a killed build
             tmp.rename(base)
     return base

@@ -15,17 +15,13 @@ the logits, does not add it either.
 """
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
 from scalerl.core.errors import check
-from scalerl.core.hashing import stable_hash
 from scalerl.core.lazy import torch, transformers
 from scalerl.models.extensions import diagnose_broken_extensions
-from scalerl.models.tiny import TinyModelConfig
+from scalerl.models.tiny import TinyModelConfig, build_cached
 from scalerl.models.tokenizer import build_char_tokenizer
 
 
@@ -59,17 +55,8 @@ class TinyMoeModelConfig(TinyModelConfig):
 
 def prepare_tiny_moe(cfg: TinyMoeModelConfig, cache_dir: Path, *, log=print) -> Path:
     """Build the random-init checkpoint once, cached by a hash of its config."""
-    kw = cfg.build_kwargs()
-    base = Path(cache_dir) / f"tiny_moe-{stable_hash(kw)}"
-    with FileLock(str(base) + ".lock"):
-        if not (base / "model.safetensors").exists():
-            log(f"[scalerl] building tiny MoE model -> {base}")
-            tmp = base.with_name(base.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            build_tiny_moe_checkpoint(tmp, **kw)
-            shutil.rmtree(base, ignore_errors=True)  # a partial copy from a killed build
-            tmp.rename(base)
-    return base
+    return build_cached(Path(cache_dir), "tiny_moe", cfg.build_kwargs(), build_tiny_moe_checkpoint, log=log,
+                        what="tiny MoE model")
 
 
 def build_tiny_moe_checkpoint(out_dir: str | Path, *, hidden_size: int, num_layers: int, num_heads: int,
