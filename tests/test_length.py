@@ -14,6 +14,8 @@ EOS, PAD, FILLER = 2, 0, 7
 class ScriptedPolicy:
     """Always emits FILLER (never EOS) unless the last input token is 9, then EOS."""
 
+    routers = None  # a dense policy: nothing to record (models/policy.py)
+
     def new_cache(self, capacity):
         return DynamicCache()
 
@@ -87,6 +89,7 @@ class ThinkingPolicy:
     The next token depends only on the position (the prompt [1, 5] ends at position 1)."""
 
     SCRIPT = {1: 7, 2: 10, 3: 11}
+    routers = None  # a dense policy: nothing to record (models/policy.py)
 
     def new_cache(self, capacity):
         return DynamicCache()

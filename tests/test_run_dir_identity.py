@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, TINY_RUN, read_rows
 
-from scalerl.launch.rundir import differing_keys
+from scalerl.launch.rundir import differing_keys, foreign_run, run_identity
 
 RUN = [*TINY_RUN, "train.steps=1", "train.eval_every=1"]
 
@@ -40,6 +40,23 @@ def test_differing_keys_are_dotted_and_include_keys_present_on_one_side_only():
 
 
 @pytest.mark.slow
+def test_the_horizon_is_the_one_key_a_relaunch_may_change(tmp_path):
+    # A finished run goes on for more steps in its own directory (train.steps), and its checkpoints
+    # keep their identity; any other key (here the lr) is another run.
+    from omegaconf import OmegaConf
+
+    from scalerl.config import compose
+
+    old = compose(["train.steps=2"])
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\n')
+    OmegaConf.save(old, tmp_path / "config.yaml")
+    longer, other = compose(["train.steps=3"]), compose(["train.steps=2", "train.lr=0.001"])
+    assert foreign_run(tmp_path, longer) is None and run_identity(longer) == run_identity(old)
+    why = foreign_run(tmp_path, other)
+    assert why is not None and "train.lr" in why and "train.steps" not in why
+    assert run_identity(other) != run_identity(old)
+
+
 def test_a_run_directory_and_its_checkpoints_belong_to_one_run(tmp_path):
     run = tmp_path / "run"
     first = cli(run, "loss=cispo")
@@ -81,5 +98,5 @@ def test_a_run_directory_and_its_checkpoints_belong_to_one_run(tmp_path):
     shutil.copy(run / "checkpoints" / "step_00000001.pt", aside / "checkpoints" / "step_00000001.pt")
     foreign = cli(aside, "loss=cispo")
     assert foreign.returncode == 2, foreign.stderr[-3000:]
-    assert "step_00000001.pt: was written by a run of config hash" in foreign.stderr
+    assert "step_00000001.pt: was written by a run of another config" in foreign.stderr
     assert len(foreign.stderr.strip().splitlines()) == 1 and "resuming" not in foreign.stdout

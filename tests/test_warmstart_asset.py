@@ -19,21 +19,23 @@ from scalerl.train.warmstart_asset import build, check, default_key
 
 
 ANSWERS = TEST_WARM_STARTS / "tiny_warm_answers"
-FOLDERS = {"tiny_warm": ASSET, "tiny_warm_answers": ANSWERS}
+MOE = ASSETS / "tiny_moe_warm"
+FOLDERS = {"tiny_warm": ASSET, "tiny_moe_warm": MOE, "tiny_warm_answers": ANSWERS}
 
 
 def test_the_default_ships_and_the_tests_shape_is_found_beside_the_tests(monkeypatch):
     assert WARM_STARTS_ENV == SEARCH_ENV and os.environ[SEARCH_ENV] == str(TEST_WARM_STARTS)
-    assert shipped_folders() == [ASSET, ANSWERS]
-    assert [p.name for p in shipped_folders([ASSETS])] == ["tiny_warm"]  # the package holds no test gear
-    assert read_manifest(ASSET)["overrides"] == []
+    assert shipped_folders() == [MOE, ASSET, ANSWERS]
+    # the package holds the embedded models' warm starts and no test gear
+    assert [p.name for p in shipped_folders([ASSETS])] == ["tiny_moe_warm", "tiny_warm"]
+    assert read_manifest(ASSET)["overrides"] == [] and read_manifest(MOE)["overrides"] == ["model=tiny_moe"]
     monkeypatch.delenv(SEARCH_ENV)
-    assert shipped_folders() == [ASSET]
+    assert shipped_folders() == [MOE, ASSET]
     monkeypatch.setenv(SEARCH_ENV, os.pathsep.join(["/nonexistent", str(TEST_WARM_STARTS)]))
-    assert shipped_folders() == [ASSET, ANSWERS]
+    assert shipped_folders() == [MOE, ASSET, ANSWERS]
 
 
-@pytest.mark.parametrize("name", ["tiny_warm", "tiny_warm_answers"])
+@pytest.mark.parametrize("name", ["tiny_warm", "tiny_moe_warm", "tiny_warm_answers"])
 def test_shipped_warm_start_was_built_from_todays_settings(name, tmp_path):
     # Fails when the demonstrations, the warm-start or task settings, the model shape or the
     # warm start's code version change without rebuilding the shipped copy; the message says how.
@@ -41,7 +43,7 @@ def test_shipped_warm_start_was_built_from_todays_settings(name, tmp_path):
     assert problem is None, problem
 
 
-@pytest.mark.parametrize("name", ["tiny_warm", "tiny_warm_answers"])
+@pytest.mark.parametrize("name", ["tiny_warm", "tiny_moe_warm", "tiny_warm_answers"])
 def test_shipped_files_have_their_recorded_hashes(name):
     asset = FOLDERS[name]
     manifest = verify(asset)

@@ -53,6 +53,26 @@ def config_hash(cfg: DictConfig) -> str:
     return stable_hash(hashable(cfg))
 
 
+RESUME_NEUTRAL = {"train": ("steps",)}
+"""Keys a relaunch into the same run directory may change: the horizon (``train.steps``), so a
+finished run goes on for more steps, or an interrupted one stops sooner. Anything else would
+continue one config's weights under another's rows."""
+
+
+def resumable(cfg: DictConfig) -> dict:
+    """What a run directory's records were trained with: ``hashable`` less ``RESUME_NEUTRAL``."""
+    plain = hashable(cfg)
+    for group, keys in RESUME_NEUTRAL.items():
+        for k in keys:
+            (plain.get(group) or {}).pop(k, None)
+    return plain
+
+
+def run_identity(cfg: DictConfig) -> str:
+    """The hash a run directory's checkpoints carry: ``config_hash`` less the horizon (``RESUME_NEUTRAL``)."""
+    return stable_hash(resumable(cfg))
+
+
 def arm_hash(cfg: DictConfig) -> str:
     """Hash without the seed: runs sharing it are seeds of one arm."""
     return stable_hash(hashable(cfg, with_seed=False))
@@ -152,10 +172,10 @@ def foreign_run(run_dir: Path, cfg: DictConfig) -> str | None:
     if not has_records(run_dir):
         return None
     try:
-        old = hashable(OmegaConf.load(run_dir / "config.yaml"))
+        old = resumable(OmegaConf.load(run_dir / "config.yaml"))
     except Exception:  # missing or unreadable: nothing to compare with
         return None
-    new = hashable(cfg)
+    new = resumable(cfg)
     if stable_hash(old) == stable_hash(new):
         return None
     a, b, keys = _flat(old), _flat(new), differing_keys(old, new)

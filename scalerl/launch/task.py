@@ -152,6 +152,7 @@ def run_arm(cfg: DictConfig) -> dict:
         return previous
     meta = {
         "run_name": run_dir.name, "run_dir": str(run_dir), "config_hash": rundir.config_hash(cfg),
+        "run_identity": rundir.run_identity(cfg),
         "arm_hash": rundir.arm_hash(cfg), "axes": rundir.axes(cfg), "seed": obj.seed, "recipe": obj.recipe,
         "study": obj.study, "loss_clamp": obj.loss.clamp(),
     }
@@ -189,7 +190,7 @@ def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train, *, fre
     from scalerl.train.checkpoint import check_checkpoints  # torch: already imported with the trainer
 
     try:
-        check_checkpoints(run_dir, meta["config_hash"])
+        check_checkpoints(run_dir, meta["run_identity"])
     except ConfigError as e:
         _refuse(e)
     # A corrupt row (half-written mid-file, out of order, non-finite) stops the resume before anything

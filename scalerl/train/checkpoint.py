@@ -116,40 +116,41 @@ def step_of(path: Path) -> int:
 
 
 def identity(path: Path) -> dict | None:
-    """A checkpoint's own record of the step it was saved at and its run's ``config_hash``
-    (None in checkpoints from before it was recorded); None when it cannot be read (resume's
+    """A checkpoint's own record of the step it was saved at and its run's identity (``run_identity``:
+    the config hash less the horizon, ``launch/rundir.py``; None in checkpoints from before it was recorded); None when it cannot be read (resume's
     fallback handles a damaged file). A plain one is memory-mapped: its tensors are not read."""
     try:
         if Path(path).is_dir():
             extra = json.loads((Path(path) / "extra.json").read_text())
         else:
             extra = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return {"step": extra["state"]["step"], "config_hash": extra.get("config_hash")}
+        return {"step": extra["state"]["step"], "run_identity": extra.get("run_identity")}
     except Exception:
         return None
 
 
-def foreign(path: Path, config_hash: str | None) -> str | None:
+def foreign(path: Path, run_identity: str | None) -> str | None:
     """Why the checkpoint at ``path`` is not this run's, or None: the step inside is not the one
-    in its name (a renamed file), or it was written by a run of another config hash."""
+    in its name (a renamed file), or it was written by a run of another config (``run_identity``)."""
     ident = identity(path)
     if ident is None:
         return None
     if ident["step"] != step_of(path):
         return f"holds step {ident['step']}, but its name says step {step_of(path)}: it was renamed or copied in"
-    if config_hash and ident["config_hash"] and ident["config_hash"] != config_hash:
-        return (f"was written by a run of config hash {ident['config_hash']}, this run's is {config_hash}: "
+    if run_identity and ident["run_identity"] and ident["run_identity"] != run_identity:
+        return (f"was written by a run of another config (identity {ident['run_identity']}, this run's is "
+                f"{run_identity}): "
                 "it comes from another run")
     return None
 
 
-def check_checkpoints(run_dir: Path, config_hash: str | None) -> None:
+def check_checkpoints(run_dir: Path, run_identity: str | None) -> None:
     """Refuse (one line naming the file) a run directory holding a checkpoint of another run:
     loading it would continue someone else's weights under this run's rows."""
     for path in sorted(ckpt_dir(run_dir).glob("step_*")):
         if path.name.startswith("."):
             continue
-        why = foreign(path, config_hash)
+        why = foreign(path, run_identity)
         if why:
             raise ConfigError(str(path), f"{why}; nothing was loaded or changed",
                               f"move {path} away, or give a new hydra.run.dir")

@@ -116,7 +116,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             metrics.append(row)
             logger.log(namespaced("eval", row), state["step"])
             _write_derived(run_dir, static, state)
-        _save(run_dir, plan, r, state, sched, config_dict.get("config_hash"))
+        _save(run_dir, plan, r, state, sched, config_dict.get("run_identity"))
         progress.update(state["step"], pass_rate=ev["pass_rate"])
         dist.barrier()
 
@@ -180,7 +180,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
                 evaluate_and_checkpoint()
                 stopping = stopping or _stop_agreed(stop, dist)  # early stopping decides on this eval: stop now
             elif step % cfg.train.ckpt_every == 0:
-                _save(run_dir, plan, r, state, sched, config_dict.get("config_hash"))
+                _save(run_dir, plan, r, state, sched, config_dict.get("run_identity"))
             progress.update(step)
     finally:
         sched.close()  # generator processes stop (their in-flight batches are regenerated on resume)
@@ -189,7 +189,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     status = "done" if state["step"] >= cfg.train.steps else (
         "preempted" if stop.preempted else "stopped_early" if stop.early else "interrupted")
     if status != "done":  # stopped by a signal or a stop request: save exactly where we are
-        _save(run_dir, plan, r, state, sched, config_dict.get("config_hash"))
+        _save(run_dir, plan, r, state, sched, config_dict.get("run_identity"))
     elif cfg.train.export_policy:  # the final policy as an ordinary HF checkpoint directory
         export_policy(run_dir, r, dist, plan.sampling.tok)
     progress.update(state["step"], status=status)
@@ -239,12 +239,13 @@ def _stop_agreed(stop: StopRequest, dist) -> bool:
     return dist.all_sum(torch.tensor([float(stop.requested)])).item() > 0
 
 
-def _save(run_dir: Path, plan, r, state: dict, sched, config_hash: str | None) -> None:
+def _save(run_dir: Path, plan, r, state: dict, sched, run_identity: str | None) -> None:
     """Checkpoint: sharded (DCP, every rank) or one .pt file (rank 0). It records its run's
-    config hash (its step is in ``state``), so a checkpoint of another run is refused on resume."""
+    identity (``rundir.run_identity``: the config hash less the horizon; its step is in ``state``), so a
+    checkpoint of another run is refused on resume."""
     cfg, dist = plan.cfg, plan.dist
     extra = {"scheduler": r.scheduler.state_dict(), "sampler": sched.sampler_state(state["step"]), "state": dict(state),
-             "config_hash": config_hash}
+             "run_identity": run_identity}
     if plan.sharded:
         if sched.state_dict().get("pending"):
             # Batches generated ahead (ppo_off_policy) are tensors, which a sharded checkpoint's
