@@ -1,7 +1,8 @@
 """Follow a run's config through its set-up, and one weight push through its files, by tracing
 a real run (``sys.settrace``): what docs/architecture.md, "Following a run's start", reports.
 
-    PYTHONPATH=$PWD python benchmarks/follow_cfg.py                       # the default road (sync, torch engine)
+    PYTHONPATH=$PWD python benchmarks/follow_cfg.py                       # the default recipe (pipeline_rl: generator processes)
+    PYTHONPATH=$PWD python benchmarks/follow_cfg.py async=sync            # one process: the torch engine's own weights
     PYTHONPATH=$PWD python benchmarks/follow_cfg.py model.dtype=bfloat16  # a sharded trainer: the copy road
     PYTHONPATH=$PWD python benchmarks/follow_cfg.py precision.generator_body=bf16  # an engine with its own weights
 
@@ -13,7 +14,9 @@ It trains one step of the tiny model and prints:
   ``train/setup.py`` is entered from another module, and how many times the reader climbs back
   up to the entry (a followed call from ``train/loop.py`` into another module returns there);
 - the files of scalerl code run by one ``publish`` (the loop's one call after the update, step 1),
-  the loop's own file included.
+  the loop's own file included;
+- how many times set-up enters ``models/load.py`` from another module, and how many times it
+  loads a tokenizer (``load_tokenizer``, any module).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "scalerl"
-DEFAULT = ["logger=none", "train.threads=1", "async=sync", "train.steps=1", "train.eval_samples=1",
+DEFAULT = ["logger=none", "train.threads=1", "train.steps=1", "train.eval_samples=1",
            "task.think=0", "length.max_new_tokens=8", "model.warmstart.final_steps=0"]
 
 
@@ -52,7 +55,8 @@ def follow(overrides: list[str]) -> dict:
 
     cfg = validate(compose([*DEFAULT, *overrides]))
     nodes = config_nodes(cfg)
-    seen = {"modules": set(), "setup_entries": 0, "climbs": [], "push_files": None}
+    seen = {"modules": set(), "setup_entries": 0, "climbs": [], "push_files": None, "load_entries": [],
+            "tokenizer_loads": []}
     state = {"setup": True, "push": None}
 
     def carries_cfg(frame) -> bool:
@@ -79,6 +83,10 @@ def follow(overrides: list[str]) -> dict:
         name = frame.f_code.co_name
         if state["setup"] and name == "rollout" and mod in ("train/schedules/local.py", "train/schedules/pipeline.py"):
             state["setup"] = False  # the first step begins: set-up is over
+        if state["setup"] and mod == "models/load.py" and up != mod:
+            seen["load_entries"].append(f"{up}:{name}")
+        if state["setup"] and name == "load_tokenizer":
+            seen["tokenizer_loads"].append(str(up))
         if state["setup"] and mod != up and carries_cfg(frame):
             seen["modules"].add(mod)
             seen["setup_entries"] += mod == "train/setup.py"
@@ -111,6 +119,8 @@ def main() -> None:
           f"{len(seen['climbs'])} ({', '.join(seen['climbs'])})")
     files = sorted(seen["push_files"] or [])
     print(f"one publish reads {len(files)} files: {files}")
+    print(f"set-up enters models/load.py {len(seen['load_entries'])} time(s) ({', '.join(seen['load_entries'])}); "
+          f"loads a tokenizer {len(seen['tokenizer_loads'])} time(s) (from {', '.join(seen['tokenizer_loads'])})")
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ from scalerl.config import compose, validate  # noqa: E402
 from scalerl.generation import SamplingParams  # noqa: E402
 from scalerl.train.distributed import init_distributed, shutdown  # noqa: E402
 from scalerl.train.rollout import rollout  # noqa: E402
-from scalerl.train.run_plan import plan_run  # noqa: E402
-from scalerl.train.setup import build_run, prepare_checkpoint  # noqa: E402
+from scalerl.train.run_plan import plan_run, resolve  # noqa: E402
+from scalerl.train.setup import build_run, prepare_start  # noqa: E402
 from scalerl.train.update import policy_update  # noqa: E402
 
 
@@ -82,10 +82,10 @@ def main() -> None:
                                 "model.dtype=bfloat16",
                                 "precision=fp32_head", "length=truncate", f"length.max_new_tokens={a.train_tokens}",
                                 f"batch.prompts={a.train_prompts}", "batch.generations=16", "batch.minibatches=2"]))
-        task, ckpt = prepare_checkpoint(cfg)
+        task, ckpt, tok = prepare_start(cfg)
         dist = init_distributed(torch.device(device), sharded=True)
         try:
-            plan = plan_run(cfg, dist, ckpt)
+            plan = plan_run(cfg, dist, ckpt, resolve(cfg, torch.device(device), tok))
             r = build_run(plan, task, ckpt)
             res["n_params"] = r.n_params
             # ------------------------------------------------------------- decode

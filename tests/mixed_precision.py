@@ -14,8 +14,8 @@ import torch
 from scalerl.models.policy import token_logprobs
 from scalerl.train.distributed import init_distributed, shutdown
 from scalerl.train.rollout import rollout
-from scalerl.train.run_plan import plan_run
-from scalerl.train.setup import build_run, engine_end, prepare_checkpoint
+from scalerl.train.run_plan import plan_run, resolve
+from scalerl.train.setup import build_run, engine_end, prepare_start
 from scalerl.train.sharded_checkpoint import resume, save_sharded
 from scalerl.train.sharding import full_state_dict
 from scalerl.train.update import policy_update
@@ -45,10 +45,10 @@ def check_bf16_step(cfg, device: torch.device, *, label: str, max_mean_dlogp: fl
     the pushed weights. Returns the mean |dlogp|."""
     from torch.distributed.tensor import DTensor
 
-    task, ckpt = prepare_checkpoint(cfg)
+    task, ckpt, tok = prepare_start(cfg)
     dist = init_distributed(device, sharded=True)
     try:
-        plan = plan_run(cfg, dist, ckpt)
+        plan = plan_run(cfg, dist, ckpt, resolve(cfg, device, tok))
         r = build_run(plan, task, ckpt)
         assert all(isinstance(p, DTensor) and p.dtype == torch.float32 and p.device.type == device.type
                    for p in r.params)  # the master weights
@@ -80,10 +80,10 @@ def check_bf16_step(cfg, device: torch.device, *, label: str, max_mean_dlogp: fl
 def check_sharded_round_trip(cfg, device: torch.device, tmp_path) -> None:
     """Save a sharded checkpoint after one step, resume it into a fresh run: equal weights and
     AdamW moments, and the same next step."""
-    task, ckpt = prepare_checkpoint(cfg)
+    task, ckpt, tok = prepare_start(cfg)
     dist = init_distributed(device, sharded=True)
     try:
-        plan = plan_run(cfg, dist, ckpt)
+        plan = plan_run(cfg, dist, ckpt, resolve(cfg, device, tok))
         r = build_run(plan, task, ckpt)
         rl_step(plan, r, dist, prompts=4, group=4)
         extra = {"scheduler": r.scheduler.state_dict(), "sampler": r.sampler.state_dict(), "state": {"step": 1}}

@@ -91,13 +91,13 @@ def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
     """Bug: a rank whose share of the kept groups is smaller than batch.minibatches got an empty
     minibatch, its metrics dict was empty and the merge raised KeyError ('entropy')."""
     from scalerl.train.rollout import rollout
-    from scalerl.train.run_plan import plan_run
-    from scalerl.train.setup import build_run, prepare_checkpoint
+    from scalerl.train.run_plan import plan_run, resolve
+    from scalerl.train.setup import build_run, prepare_start
     from scalerl.train.update import policy_update
 
     cfg = tiny_cfg(*TINY_RUN)
-    task, ckpt = prepare_checkpoint(cfg)
-    plan = plan_run(cfg, TwinDist(1), ckpt)
+    task, ckpt, tok = prepare_start(cfg)
+    plan = plan_run(cfg, TwinDist(1), ckpt, resolve(cfg, torch.device("cpu"), tok))
     r = build_run(plan, task, ckpt)
     gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=8, temperature=1.0,
                   device=torch.device("cpu"))

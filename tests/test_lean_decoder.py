@@ -11,8 +11,7 @@ from scalerl.generation.engines.torch_engine import TorchGenerator, left_pad
 from scalerl.models.lean import LeanCache, LeanLlama, lean_supported
 from scalerl.models.policy import Policy, positions_from_mask, run_body, _cache_kw
 from scalerl.precision.base import linear_head
-from scalerl.registry import build_recipe
-from scalerl.train.run_plan import attn_implementation, body_dtype
+from scalerl.train.run_plan import attn_implementation, resolve
 
 
 def _llama(dtype=torch.float32, attn="eager", kv_heads=2, **extra) -> LlamaForCausalLM:
@@ -127,7 +126,7 @@ def test_the_tiny_model_is_eager_in_fp32_only():
 
     def resolved(*overrides):
         cfg = validate(compose(["logger=none", *overrides]))
-        return attn_implementation(cfg, body_dtype(cfg, build_recipe(cfg), cpu))
+        return attn_implementation(cfg, resolve(cfg, cpu, tok=None).body_dtype)
 
     assert resolved() == "eager"
     assert resolved("model.dtype=bfloat16") is None

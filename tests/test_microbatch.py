@@ -59,13 +59,13 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation, correcti
     micro-batches, groups too) gives the single-forward update to float rounding; with a
     correction's per-token weights (IcePop, some tokens masked) too."""
     from scalerl.train.rollout import rollout
-    from scalerl.train.run_plan import plan_run
-    from scalerl.train.setup import build_run, prepare_checkpoint
+    from scalerl.train.run_plan import plan_run, resolve
+    from scalerl.train.setup import build_run, prepare_start
 
     cfg = tiny_cfg("batch.prompts=4", "batch.generations=4", "batch.minibatches=2", f"aggregation={aggregation}",
                    f"correction={correction}", "loss=cispo", "length=truncate")
-    task, ckpt = prepare_checkpoint(cfg)
-    plan = plan_run(cfg, OneRank(), ckpt)
+    task, ckpt, tok = prepare_start(cfg)
+    plan = plan_run(cfg, OneRank(), ckpt, resolve(cfg, torch.device("cpu"), tok))
     r = build_run(plan, task, ckpt)
     gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=12, temperature=1.0, device=torch.device("cpu"))
     ro = rollout(list(range(4)), slice(0, 4), task, group=4, seed=0, step=1, draw_lengths=plan.recipe.draw_lengths,

@@ -19,7 +19,7 @@ import torch
 from scalerl.asynchrony.base import Interleaving
 from scalerl.config import check_ranks
 from scalerl.config.derive import Derived, derive
-from scalerl.models.load import compute_dtype, load_tokenizer
+from scalerl.models.load import compute_dtype
 from scalerl.precision.base import Heads
 from scalerl.registry import Recipe, async_node, build_recipe
 from scalerl.train.distributed import Dist
@@ -93,11 +93,28 @@ class RunPlan:
         return slice(self.dist.rank * per, (self.dist.rank + 1) * per)
 
 
-def body_dtype(cfg, recipe: Recipe, device: torch.device) -> torch.dtype:
-    """The dtype the model body computes in: the precision axis's, else ``model.dtype`` (auto: bf16 on GPU).
-    Known before the process group is joined: whether the trainer is sharded depends on it."""
-    dtype = compute_dtype(cfg.model.dtype, device)
-    return recipe.heads(dtype).body_dtype or dtype
+def body_dtype(recipe: Recipe, compute: torch.dtype) -> torch.dtype:
+    """The dtype the model body computes in: the precision axis's, else the compute dtype (``model.dtype``,
+    auto: bf16 on GPU). Known before the process group is joined: whether the trainer is sharded depends on it."""
+    return recipe.heads(compute).body_dtype or compute
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the config decides before the process group is joined, resolved once (``resolve``):
+    ``plan_run`` binds it to the ranks the process got."""
+
+    recipe: Recipe
+    compute_dtype: torch.dtype
+    body_dtype: torch.dtype
+    tok: Any
+
+
+def resolve(cfg, device: torch.device, tok) -> Resolved:
+    """The recipe, the dtypes and the tokenizer (``tok``, loaded once with the checkpoint, ``setup``)."""
+    recipe = build_recipe(cfg)
+    compute = compute_dtype(cfg.model.dtype, device)
+    return Resolved(recipe=recipe, compute_dtype=compute, body_dtype=body_dtype(recipe, compute), tok=tok)
 
 
 def attn_implementation(cfg, body: torch.dtype) -> Optional[str]:
@@ -161,17 +178,12 @@ def road_kind(*, generators: int, samples_policy: bool, sharded: bool, own_dtype
     return RoadKind(policy_end, "own_sampler" if own_dtype else None)
 
 
-def plan_run(cfg, dist: Dist, checkpoint: Path, *, threads: int = 1, recipe: Optional[Recipe] = None,
-             body: Optional[torch.dtype] = None) -> RunPlan:
-    """Bind the validated ``cfg`` to this process (``dist``) and the checkpoint it starts from: the
-    ranks it really got are checked again here (``check_ranks``: torchrun says how many only now).
-    ``recipe`` and ``body`` (``body_dtype``): the config's, when the caller has them already
-    (``setup.build``: it needs them before the process group is joined)."""
+def plan_run(cfg, dist: Dist, checkpoint: Path, resolved: Resolved, *, threads: int = 1) -> RunPlan:
+    """Bind the validated ``cfg``, as ``resolve`` resolved it, to this process (``dist``) and the
+    checkpoint it starts from: the ranks it really got are checked again here (``check_ranks``:
+    torchrun says how many only now)."""
     check_ranks(cfg, dist.world)
-    recipe = build_recipe(cfg) if recipe is None else recipe
-    tok = load_tokenizer(checkpoint)
-    compute = compute_dtype(cfg.model.dtype, dist.device)
-    body = body_dtype(cfg, recipe, dist.device) if body is None else body
+    recipe, tok, compute, body = resolved.recipe, resolved.tok, resolved.compute_dtype, resolved.body_dtype
     phrase = len(encode_phrase(tok, cfg.length.forced_phrase()))
     heads = recipe.heads(compute)
     gen_dtype = heads.gen_body_dtype or body

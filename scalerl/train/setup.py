@@ -21,7 +21,7 @@ from scalerl.loggers.base import Logger
 from scalerl.models import MODELS
 from scalerl.models.load import CheckpointUnits, build_empty, load_model, load_tokenizer
 from scalerl.models.policy import CompletionLogits, Policy, checkpoint_layers
-from scalerl.registry import async_node, build_recipe
+from scalerl.registry import async_node
 from scalerl.tasks import TASKS
 from scalerl.tasks.base import TaskData
 from scalerl.train.compute import flop_params
@@ -29,7 +29,7 @@ from scalerl.train.distributed import init_distributed, launched_world
 from scalerl.train.heldout import pin_heldout
 from scalerl.train.progress import announce
 from scalerl.train.prompt_stream import PromptSampler
-from scalerl.train.run_plan import RunPlan, body_dtype, plan_run
+from scalerl.train.run_plan import RunPlan, plan_run, resolve
 from scalerl.train.schedules import schedule_class
 from scalerl.train.schedules.base import Schedule
 from scalerl.train.schedules.pipeline import generator_pool, generators_dtype
@@ -47,13 +47,14 @@ def build(cfg, run_dir: Path) -> tuple[RunPlan, Run, Schedule]:
     device = pick_device(cfg.train.device)
     threads = resolve_threads(cfg.train.threads)
     announce(run_dir, "loading the model and the task")
-    task, ckpt = prepare_checkpoint(cfg)  # before the process group: HF writes on rank 0 only
-    recipe = build_recipe(cfg)  # once: the plan, the run and the schedules share it
-    # The body dtype decides whether the trainer is sharded, so it comes before the process group.
-    body = body_dtype(cfg, recipe, device)
+    task, ckpt, tok = prepare_start(cfg)  # before the process group: HF writes on rank 0 only
+    # Once: the plan, the run and the schedules share the recipe, the dtypes and the tokenizer. The
+    # body dtype decides whether the trainer is sharded, so it comes before the process group.
+    resolved = resolve(cfg, device, tok)
     nodes = async_node(cfg).generator_nodes  # SLURM node roles: those nodes run generators, not ranks
-    dist = init_distributed(device, sharded=needs_sharding(launched_world(nodes), body), generator_nodes=nodes)
-    plan = plan_run(cfg, dist, ckpt, threads=threads, recipe=recipe, body=body)
+    dist = init_distributed(device, sharded=needs_sharding(launched_world(nodes), resolved.body_dtype),
+                            generator_nodes=nodes)
+    plan = plan_run(cfg, dist, ckpt, resolved, threads=threads)
     r = build_run(plan, task, ckpt, logger=build_logger(cfg) if dist.main else None)
     pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
     return plan, r, build_schedule(plan, r)
@@ -102,7 +103,13 @@ class Run:
 
 
 def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
-    """The task and the local checkpoint to load: the model option's checkpoint,
+    """``prepare_start`` without the tokenizer."""
+    task, ckpt, _ = prepare_start(cfg, log=log)
+    return task, ckpt
+
+
+def prepare_start(cfg, log=print) -> tuple[TaskData, Path, object]:
+    """The task, the local checkpoint to load and its tokenizer: the model option's checkpoint,
     warm-started (and cached by a hash of what determines it) when
     ``model.warmstart.enabled``.
 
@@ -110,13 +117,13 @@ def prepare_checkpoint(cfg, log=print) -> tuple[TaskData, Path]:
     nothing on non-zero ranks, and the file locks already make one process
     build while the others wait.
     """
-    base, tok, task = base_and_task(cfg, log=log)
+    base, tok, task = base_and_task(cfg, log=log)  # the run's one tokenizer load: a warm start keeps it
     if not cfg.model.warmstart.enabled:
-        return task, base
+        return task, base, tok
     # A task without answers to imitate is refused with the config (``task.imitable()``, config._cross_checks).
     # The default's warm start ships with the package (docs/embedded.md): every machine starts RL
     # from the same weights, and nothing trains SFT at run time. Other settings build and cache theirs.
-    return task, warm_start_checkpoint(cfg, base, task, tok, Path(cfg.cache_dir).expanduser(), log=log)
+    return task, warm_start_checkpoint(cfg, base, task, tok, Path(cfg.cache_dir).expanduser(), log=log), tok
 
 
 def base_and_task(cfg, log=print) -> tuple[Path, object, TaskData]:
