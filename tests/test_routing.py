@@ -166,18 +166,20 @@ def test_routing_metrics_in_every_steps_row_through_the_entry_point(tmp_path):
 
 def test_replay_through_generator_processes(tmp_path):
     """async=pipeline_rl: the generator process records the experts and sends them with each rollout
-    (the transport carries every ``Generation`` field); the trainer replays them, so no pair differs,
-    at staleness 0 or across it."""
+    (the transport carries every ``Generation`` field); the trainer replays them in π_old's forward
+    (``correction=icepop``) and in π_θ's, so no pair differs, at staleness 0 or across it. The
+    generator starts step 2's batch before step 1's update is pushed, so some rows are stale, and
+    π_old's forward must count them as such (it once counted every row as of staleness 0)."""
     from helpers import read_rows
 
-    run_cli(["routing=replay", "logger=none", "model=tiny_moe", "model.warmstart.enabled=false", "async=pipeline_rl",
+    run_cli(["routing=replay", "correction=icepop", "logger=none", "model=tiny_moe", "model.warmstart.enabled=false", "async=pipeline_rl",
              "filter=none", "train.steps=2", "train.eval_every=100", "task.n_heldout=8", "batch.prompts=4",
              "batch.generations=4", "batch.minibatches=1", "length.max_new_tokens=24"], tmp_path)
     (path,) = (tmp_path / "runs").glob("routing=replay,*/steps.jsonl")
     rows = read_rows(path)
     assert len(rows) == 2 and all("routing_load_l0" in r for r in rows)
     pairs = sum(r.get("routing_pairs", 0) + r.get("routing_pairs_stale", 0) for r in rows)
-    assert pairs > 100
+    assert pairs > 100 and sum(r.get("routing_pairs_stale", 0) for r in rows) > 0
     assert all(r.get(k, 0.0) == 0.0 for r in rows for k in ("routing_disagree", "routing_disagree_stale"))
 
 

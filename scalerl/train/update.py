@@ -73,7 +73,7 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
         chunks.append((groups, rows))
     beh = None  # a correction's π_old and weights: one extra forward before the first update (behaviour.py)
     if recipe.needs_old_logp and chunks:
-        beh = behaviour_logprobs(trainer, ro, chunks, lambda g, r: _rows_inputs(ro, adv_rows, g, r, group), recipe,
+        beh = behaviour_logprobs(trainer, ro, chunks, lambda g, r: _rows_inputs(ro, adv_rows, g, r, group, version=version), recipe,
                                  temperature)
     lag, lag_s = None, 0.0  # the mismatch one version back, before the update overwrites the weights kept
     if lagged is not None:
