@@ -19,6 +19,7 @@ value is kept only in the diagnostic columns A_raw, A_raw_lo, A_raw_hi.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -84,9 +85,24 @@ def _seed_values(fits):
             "C_mid": [np.log(f.C_mid) for f in usable]}
 
 
+def arm_name(arm, runs) -> str:
+    """A multi-seed arm's row name: what its runs' names share once the seed and the run hash are
+    dropped ("model=tiny_moe,routing=replay,seed=1-3bbfa917" -> "model=tiny_moe,routing=replay"),
+    then the arm's key, which keeps two arms apart whatever their names.
+
+    >>> arm_name("a1d885af", ["routing=replay,seed=1-3bbfa917", "routing=replay,seed=2-0e60542e"])
+    'routing=replay (arm a1d885af)'
+    >>> arm_name("f2aed461", ["seed=1-ab3d56e7", "seed=2-903cb5a5"])
+    'arm f2aed461'
+    """
+    names = {",".join(p for p in re.sub(r"-[0-9a-f]{8}$", "", str(r)).split(",") if not p.startswith("seed="))
+             for r in runs}
+    return f"{names.pop()} (arm {arm})" if len(names) == 1 and "" not in names else f"arm {arm}"
+
+
 def _arm_row(arm, member_rows, fits, options, pooled):
     row = {k: v for k, v in member_rows[0].items() if k not in ("run", "seed")}
-    row.update(run=f"arm {arm}", level="arm", seed=NAN, n_seeds=len(fits),
+    row.update(run=arm_name(arm, [r["run"] for r in member_rows]), level="arm", seed=NAN, n_seeds=len(fits),
                n_points=sum(r["n_points"] for r in member_rows),
                last_compute=max(r["last_compute"] for r in member_rows),
                R0=float(np.nanmean([f.R0 for f in fits])) if any(np.isfinite(f.R0) for f in fits) else NAN)

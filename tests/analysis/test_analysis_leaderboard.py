@@ -104,3 +104,14 @@ def test_fit_until_adds_forecast_columns():
     board = leaderboard(run("a", 0.6), options=FitOptions(n_boot=0, fit_until=5000.0))
     # exact curve: the forecast of the mean of the last 3 evals is exact
     assert board.loc[0, "pred_final"] == pytest.approx(board.loc[0, "obs_final"], abs=1e-6)
+
+
+def test_a_multi_seed_arm_is_named_by_what_its_runs_share():
+    """Run directories are named by their overrides and a hash; the arm's row drops the seed and the hash."""
+    hashes = iter(["1a2b3c4d", "5e6f7a8b", "9c0d1e2f", "0a0b0c0d"])
+    seeds = [run(f"loss={loss},seed={i}-{next(hashes)}", A, seed=i, loss=loss)
+             for loss, As in (("cispo", (0.60, 0.61)), ("dapo", (0.50, 0.51))) for i, A in enumerate(As)]
+    board = leaderboard(table(*seeds), options=POINT)
+    names = board.loc[board["level"] == "arm", "run"].tolist()
+    assert [n.split(" (arm ")[0] for n in names] == ["loss=cispo", "loss=dapo"]
+    assert names[0] != names[1] and all(n.endswith(")") for n in names)
