@@ -201,6 +201,9 @@ def test_one_rank_logs_the_routing_and_counts_active_compute(one_rank):
         assert all(1.0 <= r[f"routing_load_l{i}"] <= 2.0 for i in range(2))  # E / k = 2 at most
     trained = [r for r in steps if r["effective_batch"] > 0]
     assert all(r["routing_pairs"] > 0 and 0 <= r["routing_disagree"] <= 1 for r in trained)
+    evals = read_rows(root / "one" / "metrics.jsonl")  # the steps' routing, averaged over each eval interval
+    assert [r["step"] for r in evals] == list(range(0, STEPS + 1, 2))
+    assert all(1.0 <= r["routing_load_l0"] <= 2.0 and "routing_pairs" in r for r in evals[1:])
     tok_vocab = json.loads((root / "one" / "final_policy" / "config.json").read_text())["vocab_size"]
     assert json.loads((root / "one" / "derived.json").read_text())["n_params"] == active_params_by_hand(arch, tok_vocab)
 
