@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 from typing import TYPE_CHECKING
 
@@ -129,7 +129,8 @@ class CheckpointUnits:
     unit) at a time, reading only that module's tensors: with ``fully_shard`` right after each
     (``train/sharding.py``), a rank never holds more than its shards plus one unit, against a full
     fp32 copy per rank before (8B: 32 GB each). Tied weights (Qwen2's embedding and head) stay one
-    tensor. Checkpoints without safetensors are read whole, once, as before."""
+    tensor. Checkpoints without safetensors, or whose tensor names are not the model's (an MoE saved
+    one tensor per expert), are read whole, once, as before."""
 
     def __init__(self, path: str | Path, model: PreTrainedModel, *, dtype: torch.dtype, device: torch.device):
         self.path, self.model, self.dtype, self.device = Path(path), model, dtype, device
@@ -145,6 +146,12 @@ class CheckpointUnits:
             with safe_open(str(self.path / "model.safetensors"), framework="pt") as f:
                 self.files = {k: self.path / "model.safetensors" for k in f.keys()}
         else:
+            self.files = None
+        if self.files is not None and not all(any(n in self.files for n in names) for names in self.names.values()):
+            # Names that transformers converts at load (``from_pretrained``'s conversion mapping): a
+            # mixture of experts saved one tensor per expert (Qwen3-MoE's ``experts.0.gate_proj.weight``,
+            # Mixtral's ``block_sparse_moe.experts.0.w1.weight``) fills one (E, ...) parameter
+            # (``experts.gate_up_proj``). Read whole through transformers, as a .bin checkpoint is.
             self.files = None
         self._whole: dict[str, torch.Tensor] | None = None
 
@@ -189,3 +196,27 @@ class CheckpointUnits:
                 full = transformers.AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, local_files_only=True)
             self._whole = dict(full.state_dict())
         return self._whole
+
+
+# ---------------------------------------------------------------- the checkpoint's own names
+
+
+def checkpoint_format(path: str | Path) -> Callable[[Iterable[tuple[str, torch.Tensor]]], dict[str, torch.Tensor]] | None:
+    """Turns the model's named tensors into the checkpoint's own names and layout, as ``save_pretrained``
+    writes them; None when the two agree (every dense model). transformers (5.x) converts some
+    architectures' tensors at load: a mixture of experts saved one tensor per expert (Qwen3-MoE's
+    ``mlp.experts.0.gate_proj.weight``) becomes one (E, ...) parameter (``mlp.experts.gate_up_proj``),
+    and Mixtral's ``block_sparse_moe`` is renamed ``mlp``. An engine that loads the checkpoint with
+    its own code (vLLM) takes a push only in the checkpoint's names: Mixtral's fused names are refused
+    ('no module or parameter named layers.0.mlp'), Qwen3-MoE's were taken without error and left the
+    experts stale (docs/vllm.md, 'Mixtures of experts')."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import PrefixChange, revert_weight_conversion
+    except ImportError:  # transformers 4.x keeps an MoE's per-expert modules: its names are the checkpoint's
+        return None
+    model = build_empty(path, dtype=torch.float32)  # meta: only its config and module classes are read
+    mapping = [m for m in get_model_conversion_mapping(model, add_legacy=False) if not isinstance(m, PrefixChange)]
+    if not mapping:
+        return None
+    return lambda named: revert_weight_conversion(model, dict(named))

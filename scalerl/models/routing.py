@@ -30,6 +30,20 @@ def is_topk_router(module: torch.nn.Module) -> bool:
     return type(module).__name__.endswith("TopKRouter") and hasattr(module, "top_k") and hasattr(module, "num_experts")
 
 
+RENORMALISED = {"MixtralTopKRouter": True}
+"""Routers without a ``norm_topk_prob`` attribute, and whether their forward renormalises its top-k
+probabilities: Mixtral's always does (a softmax over the top-k logits, arXiv 2401.04088 §2.1)."""
+
+
+def renormalises(router: torch.nn.Module) -> bool:
+    """Whether ``router`` divides its top-k probabilities by their sum, which a replay must do too."""
+    flag = getattr(router, "norm_topk_prob", RENORMALISED.get(type(router).__name__))
+    if flag is None:
+        raise TypeError(f"routing=replay: {type(router).__name__} has no norm_topk_prob; say whether it renormalises "
+                        "its top-k weights in scalerl/models/routing.py's RENORMALISED")
+    return bool(flag)
+
+
 def is_moe(model: torch.nn.Module) -> bool:
     return any(is_topk_router(m) for m in model.modules())
 
@@ -65,7 +79,7 @@ class RouterHooks:
             if self._replay is not None:
                 recorded = self._replay[:, i].to(experts.device)
                 probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-                w, experts = self._route(probs, experts, recorded, norm_topk_prob=bool(module.norm_topk_prob))
+                w, experts = self._route(probs, experts, recorded, norm_topk_prob=renormalises(module))
                 weights = w.to(weights.dtype)
             self.seen[i] = experts.detach()
             return logits, weights, experts

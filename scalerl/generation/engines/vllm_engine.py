@@ -39,12 +39,14 @@ from vllm import SamplingParams as VLLMSamplingParams
 from vllm.inputs import TokensPrompt
 from vllm.sampling_params import RequestOutputKind
 
+from scalerl.core.errors import ConfigError
 from scalerl.generation.engines.interface import Generation, SamplingParams
 from scalerl.generation.engines.noise import mix_seed
 from scalerl.generation.transfer.vllm_gloo import BACKEND as GLOO
 from scalerl.generation.transfer.vllm_gloo import GlooRelay
 from scalerl.generation.transfer.vllm_transfer import BACKEND as INLINE
 from scalerl.generation.transfer.vllm_transfer import chunks
+from scalerl.models.load import checkpoint_format
 
 BACKENDS = {"gloo": GLOO, "inline": INLINE, "nccl": "nccl"}
 """``generation.weight_transfer``: vLLM weight-transfer backends: scalerl's (vllm_transfer.register), and
@@ -80,6 +82,11 @@ class VLLMGenerator:
                  enforce_eager: bool, tensor_parallel_size: int, kv_cache_bytes: int, gpu_memory_utilization: float,
                  device: torch.device, weight_transfer: str = "gloo"):
         head = "model" if head_dtype is None or head_dtype == dtype else DTYPE_NAMES[head_dtype]
+        # A push arrives in the trainer's (transformers') names; vLLM loads the checkpoint's (an MoE's per-expert tensors).
+        self.to_checkpoint = checkpoint_format(checkpoint)
+        if self.to_checkpoint is not None and weight_transfer == "nccl":
+            raise ConfigError("generation.weight_transfer", f"nccl broadcasts the trainer's tensors as they are, and "
+                              f"{checkpoint}'s names differ (a mixture of experts saved per expert): use gloo or inline")
         threads = torch.get_num_threads()  # vLLM's engine core lowers this process's torch threads for serving
         self.llm = LLM(
             model=str(checkpoint), skip_tokenizer_init=True,  # token ids in and out; scalerl tokenizes
@@ -120,6 +127,8 @@ class VLLMGenerator:
         if self.weight_transfer == "nccl":
             raise TypeError("generation.weight_transfer=nccl: the trainer broadcasts to vLLM's workers "
                             "(receive_broadcast); there are no tensors to hand over here")
+        if self.to_checkpoint is not None:
+            named_tensors = self.to_checkpoint(named_tensors).items()
         payload = GlooRelay.snapshot(named_tensors) if self.relay is not None else list(chunks(named_tensors))
         with self._pending_lock:
             self._pending = (payload, version)

@@ -1,0 +1,62 @@
+"""Small random mixture-of-experts checkpoints in Hugging Face format, built offline for ``model=hf``
+(tests/test_hf_moe.py; a module meant as a library: no test imports another test).
+
+Two architectures whose transformers routers differ where scalerl reads them:
+
+- Qwen3-MoE (``Qwen3MoeTopKRouter``): softmax router, top-k renormalised only when
+  ``norm_topk_prob`` (an attribute of the router), q/k norms in attention;
+- Mixtral (``MixtralTopKRouter``): the same top-k router, always renormalised, and no
+  ``norm_topk_prob`` attribute at all; experts counted by ``num_local_experts``.
+
+Each has the char tokenizer of the embedded task, so it trains on ``task=arith`` as it is.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from scalerl.models.tokenizer import build_char_tokenizer
+
+ARCHS = ("qwen3_moe", "mixtral")
+SHAPE = dict(hidden=64, layers=2, heads=2, experts=4, top_k=2, expert_width=64)
+"""hidden 64, 2 layers of 4 experts of width 64, 2 active per token."""
+
+
+def build_moe_dir(arch: str, out: Path, seed: int = 0) -> Path:
+    """Write a random-init ``arch`` checkpoint of ``SHAPE`` and the char tokenizer to ``out``."""
+    import transformers
+
+    tok = build_char_tokenizer()
+    s = SHAPE
+    common = dict(vocab_size=len(tok), hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                  num_attention_heads=s["heads"], num_key_value_heads=s["heads"], head_dim=s["hidden"] // s["heads"],
+                  num_experts_per_tok=s["top_k"], max_position_embeddings=128, bos_token_id=tok.bos_token_id,
+                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=False,
+                  output_router_logits=False, router_aux_loss_coef=0.0)
+    if arch == "qwen3_moe":
+        config = transformers.Qwen3MoeConfig(num_experts=s["experts"], moe_intermediate_size=s["expert_width"],
+                                             intermediate_size=s["top_k"] * s["expert_width"], norm_topk_prob=True,
+                                             **common)
+        cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "mixtral":
+        config = transformers.MixtralConfig(num_local_experts=s["experts"], intermediate_size=s["expert_width"],
+                                            **common)
+        cls = transformers.MixtralForCausalLM
+    else:
+        raise ValueError(arch)
+    torch.manual_seed(seed)
+    model = cls(config)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return Path(out)
+
+
+def active_params_by_hand(arch: str, vocab: int) -> int:
+    """N of ``scalerl/train/compute.py`` for ``SHAPE``, counted by hand (docs/outputs.md): per layer
+    attention 4 x 64 x 64 = 16,384 (2 heads of 64 / 2 = 32, as many key-value heads), Qwen3's q/k
+    norms 2 x 32 = 64, two RMSNorms 2 x 64 = 128, the router 4 x 64 = 256, and 2 of the 4 experts,
+    each 3 x 64 x 64 = 12,288 (gate, up, down); then the final norm (64) and the head (vocab x 64).
+    The input embedding is a lookup: not counted."""
+    layer = 16_384 + (64 if arch == "qwen3_moe" else 0) + 128 + 256 + 2 * 12_288
+    return 2 * layer + 64 + vocab * 64
