@@ -139,6 +139,7 @@ def test_replay_on_a_dense_model_is_refused_at_dry_run(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
+@pytest.mark.slow
 def test_routing_metrics_in_every_steps_row_through_the_entry_point(tmp_path):
     """The default bf16-weighted generator (precision.generator_body=engine) against the fp32 trainer,
     at staleness 0 (async=sync): some token-layer pairs are routed otherwise with ``routing=none``, none
@@ -164,6 +165,7 @@ def test_routing_metrics_in_every_steps_row_through_the_entry_point(tmp_path):
     assert replay["mismatch_kl"] == replay["mismatch_kl_route_agree"]
 
 
+@pytest.mark.slow
 def test_replay_through_generator_processes(tmp_path):
     """async=pipeline_rl: the generator process records the experts and sends them with each rollout
     (the transport carries every ``Generation`` field); the trainer replays them in π_old's forward
