@@ -41,6 +41,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -315,8 +317,6 @@ def tree_memory(root: int) -> tuple[int, dict[int, int]]:
 
 
 def run_one_step(ns) -> None:
-    import time
-
     ckpt = write_hf_checkpoint(Path(ns.ckpt))
     sides = [("new", REPO)] + ([("old", Path(ns.old))] if ns.old != str(REPO) else [])
     print(f"one RL step through the entry point, Qwen2-0.5B shape (random, {ckpt}), fp32 trainer, torch engine, "
@@ -334,8 +334,6 @@ def run_one_step(ns) -> None:
         t0 = time.time()
         trace = open(out / "rss_trace.tsv", "w")
         proc = subprocess.Popen(cmd, cwd=path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        import threading
-
         log: list[str] = []
         reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
         reader.start()
