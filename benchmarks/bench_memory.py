@@ -8,6 +8,7 @@ resident memory (VmHWM, reset through /proc/self/clear_refs just before the meas
     python benchmarks/bench_memory.py step --prompts 1 --group 1 --tokens 8192 --sides new
     python benchmarks/bench_memory.py load --old /tmp/base
     python benchmarks/bench_memory.py padding
+    python benchmarks/bench_memory.py run --tokens 512 [--old /tmp/bd8]
 
 ``step``: one ``policy_update`` (CISPO, prompt aggregation, one minibatch; AdamW's state
 already allocated, as on every step after the first) on P prompts x G completions x T tokens.
@@ -16,6 +17,16 @@ weights, gradients and AdamW's two moments); the optimizer step's own peak (fore
 full-size temporary, 4 bytes per parameter, the same on both sides) is printed apart. The old side at the full length does not fit this 24 GB machine, so ``--old-tokens``
 measures it at shorter lengths and the activation memory is extrapolated linearly in T (its
 attention is SDPA's, linear in T too); the printed table says which numbers are measured.
+
+``run``: one whole RL step through the real entry point (``python -m scalerl.sweep model=hf
+train.steps=1``, the torch engine, ``async=sync``, fp32 trainer, the default precision: the
+generator samples from its own bf16-rounded weights) on a random checkpoint of that shape written
+once to ``--ckpt`` (bf16 on disk, scalerl's char tokenizer, whose ids are a prefix of the large
+vocabulary). The peak is that of the process tree: its summed RSS polled every 20 ms, and each
+process's own VmHWM (read while it lives). The step-0 and last-step evals see one held-out prompt
+once (``task.n_heldout=1 train.eval_samples=1``): the step is what is measured, not the eval.
+``filter=none``: a random model fails every prompt, and the recipe's zero-variance filter would
+then skip the update; ``length=truncate``: every completion is ``--tokens`` long, no forced phrase.
 
 ``load``: ``--world`` gloo ranks (default 2) build the FSDP2-sharded fp32 trainer from a bf16
 safetensors checkpoint written once to ``--ckpt``. Each rank's peak above its RSS before the
@@ -30,6 +41,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -261,9 +274,88 @@ def run_padding(ns) -> None:
           f"in {sum(parts) / len(parts):.1f} micro-batches on average")
 
 
+def write_hf_checkpoint(ckpt: Path) -> Path:
+    """A random checkpoint of Qwen2-0.5B's shape (bf16 on disk, like real ones), with scalerl's char
+    tokenizer (pad/bos/eos 0/1/2 in both), written once."""
+    if (ckpt / "model.safetensors").exists():
+        return ckpt
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from scalerl.models.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(0)
+    config = Qwen2Config(**QWEN2_05B, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(ckpt, safe_serialization=True)
+    tok.save_pretrained(ckpt)
+    return ckpt
+
+
+def tree_memory(root: int) -> tuple[int, dict[int, int]]:
+    """(summed RSS of ``root`` and its descendants, {pid: VmHWM}) in bytes, now."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    rss, hwm, todo = 0, {}, [root]
+    while todo:
+        pid = todo.pop()
+        todo += kids.get(pid, [])
+        try:
+            f = dict(ln.split(":", 1) for ln in open(f"/proc/{pid}/status").read().splitlines() if ":" in ln)
+        except OSError:
+            continue
+        if "VmRSS" in f:
+            rss += int(f["VmRSS"].split()[0]) * 1024
+            hwm[pid] = int(f["VmHWM"].split()[0]) * 1024
+    return rss, hwm
+
+
+def run_one_step(ns) -> None:
+    ckpt = write_hf_checkpoint(Path(ns.ckpt))
+    sides = [("new", REPO)] + ([("old", Path(ns.old))] if ns.old != str(REPO) else [])
+    print(f"one RL step through the entry point, Qwen2-0.5B shape (random, {ckpt}), fp32 trainer, torch engine, "
+          f"async=sync, {ns.prompts} prompts x {ns.group} completions x {ns.tokens} new tokens, {ns.threads} threads")
+    for side, path in sides:
+        if side not in ns.sides:
+            continue
+        out = Path(tempfile.mkdtemp(prefix=f"bench_run_{side}_"))
+        cmd = [sys.executable, "-m", "scalerl.sweep", "model=hf", f"model.path={ckpt}", "generation=torch", "async=sync",
+               "logger=none", "train.steps=1", f"batch.prompts={ns.prompts}", f"batch.generations={ns.group}",
+               "batch.minibatches=1", "length=truncate", f"length.max_new_tokens={ns.tokens}", "filter=none",
+               "train.eval_samples=1", "task.n_heldout=1",
+               f"train.threads={ns.threads}", "train.temperature=1.0", f"hydra.run.dir={out}", *ns.overrides]
+        env = {**os.environ, "PYTHONPATH": str(path), "SCALERL_NO_BAR": "1"}
+        t0 = time.time()
+        trace = open(out / "rss_trace.tsv", "w")
+        proc = subprocess.Popen(cmd, cwd=path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log: list[str] = []
+        reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
+        reader.start()
+        peak, peak_t, hwms = 0, 0.0, {}
+        while proc.poll() is None:
+            rss, hwm = tree_memory(proc.pid)
+            hwms.update(hwm)
+            if rss > peak:
+                peak, peak_t = rss, time.time() - t0
+            print(f"{time.time() - t0:.2f}\t{rss}", file=trace)
+            time.sleep(0.02)
+        reader.join()
+        trace.close()
+        if proc.returncode != 0:
+            raise SystemExit(f"{side} failed ({proc.returncode}):\n{''.join(log)[-4000:]}")
+        print(f"{side:4} ({path}): peak RSS of the tree {peak / 1e9:.2f} GB at {peak_t:.0f} s of {time.time() - t0:.0f} s; "
+              f"largest VmHWM {max(hwms.values()) / 1e9:.2f} GB over {len(hwms)} process(es); trace {out / 'rss_trace.tsv'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["step", "load", "padding"])
+    ap.add_argument("what", choices=["step", "load", "padding", "run"])
     ap.add_argument("--old", default=str(REPO), help="checkout for the old side")
     ap.add_argument("--sides", nargs="+", default=["old", "new"])
     ap.add_argument("--prompts", type=int, default=2)
@@ -282,8 +374,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="padding: minibatches drawn")
     ap.add_argument("--median", type=int, default=3000, help="padding: median completion length")
     ap.add_argument("--max-len", type=int, default=16_384, help="padding: generation budget (truncation)")
+    ap.add_argument("--overrides", nargs="*", default=[], help="run: more Hydra overrides")
     ns = ap.parse_args()
-    {"step": run_step, "load": run_load, "padding": run_padding}[ns.what](ns)
+    if ns.what == "run" and ns.ckpt == "/tmp/qwen2-05b-shape":
+        ns.ckpt = "/tmp/qwen2-05b-shape-hf"  # with a tokenizer: the entry point needs one
+    {"step": run_step, "load": run_load, "padding": run_padding, "run": run_one_step}[ns.what](ns)
 
 
 if __name__ == "__main__":

@@ -46,3 +46,47 @@ def test_torch_engine_loads_new_weights_and_version():
     new = {k: torch.full_like(v, 0.5) for k, v in own.items()}
     gen.load_weights(new.items(), version=2)  # another process's tensors: copied in
     assert gen.version == 2 and all(torch.equal(gen.policy.model.state_dict()[k], v) for k, v in new.items())
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_a_released_sampler_samples_the_same_after_the_next_push(lean):
+    """An own-weights sampler (``precision.generator_body=engine``) frees its copy while it idles
+    (``release``) and gets it back whole from the next push: the same tokens and log-probs as one
+    that kept it, bit for bit; sampling before that push, or a push that misses a weight, fails."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from scalerl.generation.engines.interface import SamplingParams
+    from scalerl.models.policy import Policy
+    from scalerl.precision.base import linear_head
+
+    cfg = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, tie_word_embeddings=True, attn_implementation="eager")
+    torch.manual_seed(0)
+    trainer, kept_model, released_model = (LlamaForCausalLM(cfg).eval() for _ in range(3))
+    head = linear_head(torch.float32)
+    kept, released = (TorchGenerator(Policy(m, gen_head=head, train_head=head, lean=lean), torch.device("cpu"),
+                                     round_to=torch.bfloat16) for m in (kept_model, released_model))
+    assert (released.policy.lean is not None) == lean
+    params = SamplingParams(n=2, max_new_tokens=6, eos_token_id=1, pad_token_id=0, seeds=torch.tensor([3, 4]))
+    prompts = [[5, 6, 7], [8, 9]]
+    sd = trainer.state_dict()  # both names of the tied embedding, as the trainer's push sends them
+    for gen in (kept, released):
+        gen.load_weights(sd.items(), version=1)
+        gen.generate(prompts, params)  # the lean path fuses (and caches) the weights of version 1
+    with torch.no_grad():
+        for p in trainer.parameters():  # an update
+            p.add_(torch.randn_like(p) * 0.05)
+    n_bytes = sum(p.numel() for p in released_model.parameters())
+    released.release()
+    assert sum(p.numel() for p in released_model.parameters()) == 0 < n_bytes
+    with pytest.raises(RuntimeError, match="released"):
+        released.generate(prompts, params)
+    with pytest.raises(RuntimeError, match="never came"):
+        released.load_weights([(k, v) for k, v in sd.items() if "layers.1." not in k], version=2)
+    released.release()
+    for gen in (kept, released):
+        gen.load_weights(trainer.state_dict().items(), version=2)
+    a, b = kept.generate(prompts, params), released.generate(prompts, params)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logprobs, b.logprobs) and released.version == 2
+    assert released_model.model.embed_tokens.weight is released_model.lm_head.weight  # still tied
+    assert torch.equal(released_model.lm_head.weight, trainer.lm_head.weight.to(torch.bfloat16).float())

@@ -97,6 +97,10 @@ class LeanLlama:
     def new_cache(self, capacity: int) -> LeanCache:
         return LeanCache(len(self.body.layers), capacity)
 
+    def forget(self) -> None:
+        """Drop the fused weights now (the generator's own were released, ``TorchGenerator.release``)."""
+        self._fused = self._key = None
+
     def _weights(self) -> list[tuple]:
         """Per layer: (norm1, qkv, o, norm2, gate_up, down), concatenated once per weight version."""
         key = tuple((p.data_ptr(), p._version) for p in self._params)

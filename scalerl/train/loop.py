@@ -123,9 +123,13 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
     if plan.interleaving.generators:
         announce(run_dir, f"starting {plan.interleaving.generators} generator process(es)", main=dist.main)
     sched.start(state["step"])  # every generator gets the resumed weights, or the start's as version 0
-    # The mismatch one version back (docs/mismatch.md): one rank, unsharded only.
+    # The mismatch one version back (docs/mismatch.md): one rank, unsharded only, and only where a
+    # batch can be of an older version (max_lag > 0): the copy is a full one of the weights
+    # (fp32 on a CPU: 2 GB at 0.5B), and under a lag bound of 0 (sync) no group is ever sampled
+    # one version back, so it would be kept and never read.
     one_rank = dist.world == 1 and dist.mesh is None
-    lagged = LaggedWeights(r.params, t.mismatch_groups) if t.mismatch_groups and one_rank else None
+    stale = plan.interleaving.max_lag > 0
+    lagged = LaggedWeights(r.params, t.mismatch_groups) if t.mismatch_groups and one_rank and stale else None
     progress.extra = {"generator_pids": sched.pids}
     try:
         # -------------------------------------------------------- step-0 eval

@@ -112,6 +112,9 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
             nonfinite += 1
             continue
         optimizer.step()
+        # Applied: free the gradients now (the next minibatch would), so the push and the next batch's
+        # sampling (a generator's own copy of the weights, train/weights.py) do not sit on top of them.
+        optimizer.zero_grad(set_to_none=True)
         # Each prompt is computed once per group (shared prefix), each completion token once.
         train_tokens += int(ro.prompt_mask[groups].sum() + ro.gen.present[rows].sum()) if groups else 0
         done.append(_metrics(stats, names, gnorm))

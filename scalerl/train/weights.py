@@ -80,6 +80,13 @@ class LoadWeights:
         self.generator.load_weights(trainer_state_dict(self.model).items(), version)
         return time.perf_counter() - t
 
+    def release(self) -> None:
+        """The engine's weights are not read again before the next ``publish``: free them meanwhile
+        where the engine can (``TorchGenerator.release``)."""
+        release = getattr(self.generator, "release", None)
+        if release is not None:
+            release()
+
 
 @dataclass
 class Remote:

@@ -52,21 +52,53 @@ class TorchGenerator:
         self.round_to = round_to
         self.version = 0
         self._state: Optional[dict[str, torch.Tensor]] = None
+        self._released: Optional[dict[str, torch.nn.Parameter]] = None
+        """The parameters ``release`` emptied, by name, until ``load_weights`` fills every one again."""
+        self._shapes: dict[int, torch.Size] = {}
+        """Their shapes while emptied, by ``id`` (a tied weight once)."""
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Copy the trainer's tensors into this generator's weights (cast to its own dtype)."""
+        """Copy the trainer's tensors into this generator's weights (cast to its own dtype). After
+        ``release``, every parameter must come: they are allocated again, then filled."""
+        missing = set()
+        if self._released is not None:
+            for p in dict.fromkeys(self._released.values()):  # a tied weight once
+                p.data = torch.empty(self._shapes.pop(id(p)), dtype=p.dtype, device=p.device)
+            missing, self._released, self._state = set(self._released), None, None
+            if getattr(self.policy, "lean", None) is not None:
+                self.policy.lean.forget()  # its fused weights were the released ones
         if self._state is None:
             self._state = self.policy.model.state_dict()  # views of the parameters, by name
         for name, t in named_tensors:
             if name not in self._state:
                 raise KeyError(f"weight push: the generator's model has no tensor {name!r}")
+            missing.discard(name)
             if self.round_to is not None and self._state[name].is_floating_point():
                 # Rounded in place even when the tensor was received straight into the weights
                 self._state[name].copy_(t.to(self.round_to))
             elif self._state[name].data_ptr() != t.data_ptr():  # the trainer's own tensor: nothing to copy
                 self._state[name].copy_(t)
+        if missing:
+            raise RuntimeError(f"weight push after release: {sorted(missing)[:3]} (of {len(missing)}) never came; "
+                               "a released generator needs every weight")
         self.version = version
+
+    def release(self) -> None:
+        """Free this generator's own weights until the next ``load_weights``, which must bring them all:
+        a sampler with a copy of its own that idles while the trainer updates (``LocalSchedule``: the
+        push that opens the next phase overwrites every weight) need not hold it through the update's
+        peak (gradients and AdamW's state). Only for a copy of its own (``train/setup.own_sampler``),
+        never the trainer's module."""
+        if self._released is not None:
+            return
+        params = dict(self.policy.model.named_parameters(remove_duplicate=False))
+        for p in dict.fromkeys(params.values()):
+            self._shapes[id(p)] = p.shape
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+        self._released, self._state = params, None
+        if getattr(self.policy, "lean", None) is not None:
+            self.policy.lean.forget()
 
     def close(self) -> None:
         pass
@@ -75,6 +107,8 @@ class TorchGenerator:
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
                  between_steps: Optional[Callable[[int], None]] = None) -> Generation:
         pol, dev = self.policy, self.device
+        if self._released is not None:
+            raise RuntimeError("generate() on a released generator: load_weights must bring its weights back first")
         n = len(prompts) * params.n
         ids, mask = left_pad(prompts, params.pad_token_id, dev)
         force = torch.as_tensor(list(params.force_ids), dtype=torch.long, device=dev)

@@ -14,7 +14,7 @@ from scalerl.asynchrony.base import within_lag
 from scalerl.generation import Generator
 from scalerl.train.rollout import Rollout, rollout, rollout_from_state, rollout_state
 from scalerl.train.schedules.base import Batch, batch_stats
-from scalerl.train.weights import Road
+from scalerl.train.weights import LoadWeights, Road
 
 
 class LocalSchedule:
@@ -50,6 +50,11 @@ class LocalSchedule:
         if step not in self.pending:  # a new phase: the current version generates every batch the lag bound allows
             for b in range(step, min(self.cfg.train.steps, step + self.mode.max_lag) + 1):
                 self.generate(b)
+            if isinstance(self.road.batches, LoadWeights):
+                # A sampler with weights of its own (``precision.generator_body``) idles until the push
+                # that opens the next phase (every push_every = max_lag + 1 versions) overwrites them all:
+                # it does not hold its copy (fp32 on a CPU: 2 GB at 0.5B) through the update's peak.
+                self.road.batches.release()
         return self.consume(step, t0, depth)
 
     def generate(self, step: int) -> None:
