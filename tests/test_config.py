@@ -159,7 +159,7 @@ def test_unknown_option_fails_at_compose():
 
 EXPECTED_ARMS = {"loss": 4, "loo": 9, "recipes": 5, "batch": 6, "length": 3, "precision": 5, "filter": 4, "seeds": 3,
                  "async": 5, "correction": 4, "generations": 3, "budget": 3, "model_size": 3,
-                 "model_scale": 2, "routing": 4}
+                 "model_scale": 2, "routing": 4, "moe_mismatch": 4}
 
 
 def test_every_shipped_study_is_checked_below():
