@@ -85,7 +85,7 @@ def main() -> None:
         task, ckpt, tok = prepare_start(cfg)
         dist = init_distributed(torch.device(device), sharded=True)
         try:
-            plan = plan_run(cfg, dist, ckpt, resolve(cfg, torch.device(device), tok))
+            plan = plan_run(cfg, dist, resolve(cfg, torch.device(device), tok))
             r = build_run(plan, task, ckpt)
             res["n_params"] = r.n_params
             # ------------------------------------------------------------- decode

@@ -48,7 +48,7 @@ def check_bf16_step(cfg, device: torch.device, *, label: str, max_mean_dlogp: fl
     task, ckpt, tok = prepare_start(cfg)
     dist = init_distributed(device, sharded=True)
     try:
-        plan = plan_run(cfg, dist, ckpt, resolve(cfg, device, tok))
+        plan = plan_run(cfg, dist, resolve(cfg, device, tok))
         r = build_run(plan, task, ckpt)
         assert all(isinstance(p, DTensor) and p.dtype == torch.float32 and p.device.type == device.type
                    for p in r.params)  # the master weights
@@ -83,7 +83,7 @@ def check_sharded_round_trip(cfg, device: torch.device, tmp_path) -> None:
     task, ckpt, tok = prepare_start(cfg)
     dist = init_distributed(device, sharded=True)
     try:
-        plan = plan_run(cfg, dist, ckpt, resolve(cfg, device, tok))
+        plan = plan_run(cfg, dist, resolve(cfg, device, tok))
         r = build_run(plan, task, ckpt)
         rl_step(plan, r, dist, prompts=4, group=4)
         extra = {"scheduler": r.scheduler.state_dict(), "sampler": r.sampler.state_dict(), "state": {"step": 1}}

@@ -97,7 +97,7 @@ def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
 
     cfg = tiny_cfg(*TINY_RUN)
     task, ckpt, tok = prepare_start(cfg)
-    plan = plan_run(cfg, TwinDist(1), ckpt, resolve(cfg, torch.device("cpu"), tok))
+    plan = plan_run(cfg, TwinDist(1), resolve(cfg, torch.device("cpu"), tok))
     r = build_run(plan, task, ckpt)
     gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=8, temperature=1.0,
                   device=torch.device("cpu"))

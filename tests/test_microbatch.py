@@ -65,7 +65,7 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation, correcti
     cfg = tiny_cfg("batch.prompts=4", "batch.generations=4", "batch.minibatches=2", f"aggregation={aggregation}",
                    f"correction={correction}", "loss=cispo", "length=truncate")
     task, ckpt, tok = prepare_start(cfg)
-    plan = plan_run(cfg, OneRank(), ckpt, resolve(cfg, torch.device("cpu"), tok))
+    plan = plan_run(cfg, OneRank(), resolve(cfg, torch.device("cpu"), tok))
     r = build_run(plan, task, ckpt)
     gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=12, temperature=1.0, device=torch.device("cpu"))
     ro = rollout(list(range(4)), slice(0, 4), task, group=4, seed=0, step=1, draw_lengths=plan.recipe.draw_lengths,

@@ -12,7 +12,6 @@ sweep of many arms on one task file reads it once.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
@@ -47,17 +46,11 @@ def check_inputs(c: Config, *, this_machine: bool = True) -> None:
 
 
 def _is_moe(c: Config) -> bool:
-    """The model routes tokens among experts: ``tiny_moe``, or an HF config with more than one expert."""
-    if c.model.name == "tiny_moe":
-        return True
-    if not isinstance(c.model, HFModelConfig):
-        return False
-    try:
-        cfg = json.loads((Path(c.model.path).expanduser() / "config.json").read_text())
-    except (OSError, ValueError):
-        return False  # _check_model has refused what cannot be read
-    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
-    return any(isinstance(cfg.get(k), int) and cfg[k] > 1 for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+    """The model routes tokens among experts: ``ModelConfig.is_moe`` (``routing``'s own test), or a
+    DeepSeek-style ``n_routed_experts``, which ``routing`` does not hook but vLLM serves the same way."""
+    arch = c.model.architecture() or {}
+    routed = arch.get("n_routed_experts")
+    return bool(c.model.is_moe()) or (isinstance(routed, int) and routed > 1)
 
 
 def _tasks(c: Config):

@@ -11,7 +11,6 @@ loop and the schedules read their settings from it and take the live objects
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -178,10 +177,9 @@ def road_kind(*, generators: int, samples_policy: bool, sharded: bool, own_dtype
     return RoadKind(policy_end, "own_sampler" if own_dtype else None)
 
 
-def plan_run(cfg, dist: Dist, checkpoint: Path, resolved: Resolved, *, threads: int = 1) -> RunPlan:
-    """Bind the validated ``cfg``, as ``resolve`` resolved it, to this process (``dist``) and the
-    checkpoint it starts from: the ranks it really got are checked again here (``check_ranks``:
-    torchrun says how many only now)."""
+def plan_run(cfg, dist: Dist, resolved: Resolved, *, threads: int = 1) -> RunPlan:
+    """Bind the validated ``cfg``, as ``resolve`` resolved it, to this process (``dist``): the ranks
+    it really got are checked again here (``check_ranks``: torchrun says how many only now)."""
     check_ranks(cfg, dist.world)
     recipe, tok, compute, body = resolved.recipe, resolved.tok, resolved.compute_dtype, resolved.body_dtype
     phrase = len(encode_phrase(tok, cfg.length.forced_phrase()))

@@ -54,7 +54,7 @@ def build(cfg, run_dir: Path) -> tuple[RunPlan, Run, Schedule]:
     nodes = async_node(cfg).generator_nodes  # SLURM node roles: those nodes run generators, not ranks
     dist = init_distributed(device, sharded=needs_sharding(launched_world(nodes), resolved.body_dtype),
                             generator_nodes=nodes)
-    plan = plan_run(cfg, dist, ckpt, resolved, threads=threads)
+    plan = plan_run(cfg, dist, resolved, threads=threads)
     r = build_run(plan, task, ckpt, logger=build_logger(cfg) if dist.main else None)
     pin_heldout(run_dir, r.task, write=dist.main)  # every arm and every resume: the same held-out prompts
     return plan, r, build_schedule(plan, r)
