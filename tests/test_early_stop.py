@@ -13,7 +13,7 @@ from helpers import ANSWERS_ONLY, cli as run_cli, popen_cli, read_rows, wait_for
 from analysis.stopping import StopRule
 from analysis.synthetic import simulate_curve
 from scalerl.launch import rundir
-from scalerl.launch.early_stop import Watcher
+from scalerl.launch.early_stop import Watcher, race_order
 from scalerl.train.signals import STOP_REQUEST
 
 
@@ -84,6 +84,14 @@ def test_the_watcher_thread_stops_an_arm_as_its_evals_arrive(tmp_path):
     assert (dirs["worse"] / STOP_REQUEST).exists() and not (dirs["scalerl"] / STOP_REQUEST).exists()
 
 
+def test_rivals_launch_side_by_side_one_seed_of_each_arm_per_round():
+    arms = [("48", 0), ("48", 1), ("48", 2), ("56", 0), ("56", 1), ("64", 0)]
+    order = race_order(arms, key=lambda a: a[0])
+    assert order == [("48", 0), ("56", 0), ("64", 0), ("48", 1), ("56", 1), ("48", 2)]
+    assert race_order([], key=lambda a: a) == []
+    assert race_order(["x", "y"], key=lambda a: a) == ["x", "y"]    # one seed each: the study's order
+
+
 @pytest.mark.slow
 def test_the_loop_ends_stopped_early_at_the_next_step_after_a_stop_request(tiny_cfg, tmp_path, monkeypatch):
     import scalerl.train.loop as loop
@@ -109,15 +117,21 @@ def test_the_loop_ends_stopped_early_at_the_next_step_after_a_stop_request(tiny_
 def test_a_stopped_arm_is_recorded_never_restarted_and_on_the_leaderboard(tmp_path):
     study = tmp_path / "two.yaml"
     study.write_text(yaml.safe_dump({"arms": [{"overrides": ["loss=cispo", "train.steps=10"]},
-                                              {"overrides": ["loss=dapo", "train.steps=3000"]}]}))
-    # async=sync: one thread per arm, so both arms run side by side on 2 cores
+                                              {"overrides": ["loss=dapo", "train.steps=3000"]},
+                                              {"overrides": ["loss=gspo", "train.steps=3000"]}]}))
+    # async=sync: one thread per arm; two at a time, so the third arm waits in the queue
     # the answers-only shape: what is tested is the sweep's bookkeeping, not what the arms learn
     args = ["-m", f"sweep={study}", "study=two", "train.eval_every=5", "logger=none", "async=sync",
-            "hydra.sweeper.early_stop=true", "hydra.sweeper.poll_s=0.5", *ANSWERS_ONLY]
+            "hydra.sweeper.early_stop=true", "hydra.sweeper.poll_s=0.5", "hydra.launcher.n_parallel=2", *ANSWERS_ONLY]
     out = tmp_path / "out"
     proc = popen_cli(args, out, tmp_path / "sweep.log")
     sweep = out / "sweeps" / "two"
     long_arm = lambda: next(sweep.glob("*loss=dapo*"), None)  # noqa: E731
+    queued = lambda: next(sweep.glob("*loss=gspo*"), None)  # noqa: E731
+    # a queued arm stopped before it starts (the watcher writes stop.json to every seed of a beaten arm)
+    wait_for(lambda: queued() is not None, timeout=300, what="the queued arm's run directory", proc=proc)
+    assert not (queued() / "metrics.jsonl").exists(), "the third arm started although two run at a time"
+    (queued() / STOP_REQUEST).write_text(json.dumps({"reason": "cannot catch cispo (queued)", "leader": "cispo"}))
     wait_for(lambda: long_arm() is not None and len(read_rows(long_arm() / "metrics.jsonl")) >= 2, timeout=900,
              what="2 evals of the long arm", proc=proc)
     # what the watcher writes when an arm cannot catch the leader (its decisions are tested above)
@@ -132,9 +146,14 @@ def test_a_stopped_arm_is_recorded_never_restarted_and_on_the_leaderboard(tmp_pa
     board = pd.read_csv(sweep / "leaderboard.csv").set_index("run")
     assert board.loc[long_arm().name, "run_status"] == "stopped_early"
     assert board.loc[long_arm().name, "stop_reason"] == "cannot catch cispo (test)"
+    never = json.loads((queued() / "summary.json").read_text())
+    assert never["status"] == "stopped_early" and never["step"] == 0 and never["early_stop"]["leader"] == "cispo"
+    assert not (queued() / "metrics.jsonl").exists() and not (queued() / "checkpoints").exists()
+    assert "was stopped by its sweep before it started" in (queued() / "train.log").read_text()
+    assert board.loc[queued().name, "run_status"] == "stopped_early"
     rows = len(read_rows(long_arm() / "metrics.jsonl"))
     again = run_cli(args, out)
-    assert "launching 0 arm(s); 1 already done, 1 stopped early (not restarted)" in again.stdout
+    assert "launching 0 arm(s); 1 already done, 2 stopped early (not restarted)" in again.stdout
     assert len(read_rows(long_arm() / "metrics.jsonl")) == rows
     assert "stopped_early" in run_cli([*args, "--status"], out).stdout
 

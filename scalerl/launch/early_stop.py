@@ -146,6 +146,24 @@ class Watcher:
             self._thread.join(timeout=60)
 
 
+def race_order(arms: list, key=lambda arm: arm.arm_hash or arm.name) -> list:
+    """The launch order under early stopping: every arm's first seed, then every arm's second, ...
+
+    The rule judges an arm against a leader, so rivals must run side by side. In the study's own
+    order (all seeds of one arm, then the next arm) the first arms finish before any rival has a
+    fit, and nothing can be stopped; interleaved, one seed of each arm settles the race and the
+    other seeds of a stopped arm are never started (their stop.json is read before the warm start).
+
+    >>> race_order(["a0", "a1", "a2", "b0", "b1", "b2", "c0"], key=lambda s: s[0])
+    ['a0', 'b0', 'c0', 'a1', 'b1', 'a2', 'b2']
+    """
+    groups: dict[str, list] = {}
+    for arm in arms:
+        groups.setdefault(key(arm), []).append(arm)
+    rounds = max((len(g) for g in groups.values()), default=0)
+    return [g[i] for i in range(rounds) for g in groups.values() if i < len(g)]
+
+
 @contextmanager
 def watching(sweeper, arms):
     """Watch ``arms`` (the sweep's planned arms) while the block runs, if early stopping is on."""

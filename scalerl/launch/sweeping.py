@@ -269,8 +269,8 @@ def run_sweep(sweeper, arguments: list[str]) -> list:
     for a in arms:
         if a.state in LAUNCH_STATES and a.run_dir.is_symlink():  # --fresh, or a reused run deleted since:
             a.run_dir.unlink()                                     # train here (the link goes, not its target)
-    with early_stop.watching(sweeper, arms):
-        returns = launch_and_adopt(arms, sweeper.launcher)
+    with early_stop.watching(sweeper, arms) as watcher:
+        returns = launch_and_adopt(early_stop.race_order(arms) if watcher else arms, sweeper.launcher)
     failed = [(a, (read_json(a.run_dir / "summary.json") or {}).get("error")) for a in arms if a.state == "failed"]
     _report(arms, failed, sweep_dir, sweeper)
     if failed:

@@ -206,6 +206,15 @@ def _train_locked(cfg: DictConfig, obj, run_dir: Path, meta: dict, train, *, fre
     if (read_json(summary_path) or {}).get("status") == "done":  # finished while we waited for the lock
         print(f"[scalerl] {run_dir.name} already finished; skipping (delete {summary_path} to rerun)")
         return read_json(summary_path)
+    if (run_dir / STOP_REQUEST).exists() and not (run_dir / "metrics.jsonl").exists():
+        # Stopped by its sweep before it started (a queued seed of an arm its rivals already beat,
+        # launch/early_stop.race_order): nothing to train, so no warm start either.
+        summary = {**meta, "status": "stopped_early", "step": 0, "compute": 0.0, "error": None,
+                   "log": log_path(run_dir), "early_stop": read_json(run_dir / STOP_REQUEST)}
+        write_json_atomic(summary_path, summary)
+        print(f"[scalerl] {run_dir.name} was stopped by its sweep before it started: "
+              f"{(summary['early_stop'] or {}).get('reason', '')}")
+        return summary
     summary_path.unlink(missing_ok=True)
     _clean_temporaries(run_dir)
     # Say who trains this run before anything slow (the warm start): a second sweep, or --status, can now
