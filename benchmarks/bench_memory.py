@@ -123,7 +123,7 @@ before = rss()[0]
 reset_peak()
 t0 = time.perf_counter()
 out = policy_update(trainer, opt, params, ro, adv, torch.ones(P, dtype=torch.bool), recipe, minibatches=1, grad_clip=1.0,
-                    temperature=1.0, mine=slice(0, P), dist=dist, **kw)
+                    temperature=1.0, rank_groups=slice(0, P), dist=dist, **kw)
 wall = time.perf_counter() - t0
 print(json.dumps({"n_params": n_params, "before": before, "peak": phases["fwd_bwd"], "step_peak": phases["opt_step"],
                   "wall_s": wall, "loss": out.get("loss"), "entropy": out.get("entropy")}))

@@ -1,7 +1,7 @@
 """The streamed weight push (issue 25, item 2) on a random model of Qwen2-0.5B's shape (vocabulary
 151,936, 24 layers, 494M parameters; bench_memory.py writes the bf16 checkpoint once to --ckpt,
 nothing is downloaded): an fp32 trainer on 1 or 2 gloo ranks (FSDP2 on CPU for 2) pushes to 1 or 2
-bf16 generator processes (the real ``scalerl.generation.fleet.worker``, torch engine).
+bf16 generator processes (the real ``scalerl.generation.fleet.generator_loop``, torch engine).
 
     python benchmarks/bench_push.py --ranks 1 2 --generators 1 2
 
@@ -57,7 +57,7 @@ def gloo_options():  # as transport.py's groups: loopback, a deadline
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 from scalerl.generation.fleet.pool import GeneratorPool
-from scalerl.generation.fleet.worker import WorkerSpec
+from scalerl.generation.fleet.generator_loop import WorkerSpec
 from scalerl.models.load import CheckpointUnits, build_empty, load_checkpoint
 from scalerl.models.policy import CompletionLogits
 from scalerl.precision import PRECISIONS

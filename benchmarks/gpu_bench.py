@@ -112,8 +112,8 @@ def main() -> None:
                              "weight_bytes": weight_bytes, "bandwidth_bound_tokens_per_s": bound,
                              "fraction_of_bound": generated / decode_s / bound}
             # -------------------------------------------------------------- train
-            mine = slice(0, a.train_prompts)
-            ro = rollout(list(range(a.train_prompts)), mine, task, group=16, seed=0, step=1,
+            rank_groups = slice(0, a.train_prompts)
+            ro = rollout(list(range(a.train_prompts)), rank_groups, task, group=16, seed=0, step=1,
                          draw_lengths=plan.recipe.draw_lengths, keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler,
                          generator=r.generator, tok=plan.sampling.tok, max_new_tokens=a.train_tokens, temperature=1.0,
                          device=dist.device)
@@ -124,7 +124,7 @@ def main() -> None:
 
             def step(micro: int):
                 box["u"] = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, plan.recipe, minibatches=2,
-                                         grad_clip=1.0, temperature=1.0, mine=mine, dist=dist, micro_batch_tokens=micro)
+                                         grad_clip=1.0, temperature=1.0, rank_groups=rank_groups, dist=dist, micro_batch_tokens=micro)
 
             # before: one full-logits forward per minibatch, no checkpointing; after: model=hf's defaults.
             sides = {"train_step_before": (False, 10**12, 0), "train_step": (True, 0, a.micro_batch_tokens)}

@@ -268,7 +268,7 @@ def make_pool(cfg, n):
     import torch
 
     from scalerl.generation.fleet.pool import GeneratorPool
-    from scalerl.generation.fleet.worker import WorkerSpec
+    from scalerl.generation.fleet.generator_loop import WorkerSpec
     from scalerl.models.load import load_checkpoint
     from scalerl.models.policy import Policy
     from scalerl.precision.base import linear_head

@@ -34,7 +34,7 @@ def rl_step(plan, r, dist, *, prompts: int, group: int, seed: int = 0, version: 
     ro = sample(plan, r, dist, prompts=prompts, group=group, seed=seed)
     adv = torch.randn(prompts, group, generator=torch.Generator().manual_seed(seed))
     upd = policy_update(r.trainer, r.optimizer, r.params, ro, adv, torch.ones(prompts, dtype=torch.bool), plan.recipe,
-                        minibatches=2, grad_clip=1.0, temperature=1.0, mine=slice(0, prompts), dist=dist)
+                        minibatches=2, grad_clip=1.0, temperature=1.0, rank_groups=slice(0, prompts), dist=dist)
     engine_end(plan, r).publish(version)  # the in-process engine's road, as the schedule takes it
     return ro, upd
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from scalerl.generation.fleet.worker import GeneratorServer, main
+from scalerl.generation.fleet.generator_loop import GeneratorServer, main
 
 MODE, _, SWAP_AT = os.environ.get("SCALERL_TEST_PACE", "free:-1").partition(":")
 SWAP_AT = int(SWAP_AT or -1)

@@ -13,7 +13,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from scalerl.generation.fleet.worker import GeneratorServer, WorkerSpec, main
+from scalerl.generation.fleet.generator_loop import GeneratorServer, WorkerSpec, main
 from scalerl.precision import PRECISIONS
 
 ECHO_TAG = 1 << 29

@@ -101,13 +101,13 @@ def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
     r = build_run(plan, task, ckpt)
     gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=8, temperature=1.0,
                   device=torch.device("cpu"))
-    mine = slice(4, 8)  # rank 1's prompts of 8
-    ro = rollout(list(range(8)), mine, task, group=8, seed=0, step=1, draw_lengths=plan.recipe.draw_lengths,
+    rank_groups = slice(4, 8)  # rank 1's prompts of 8
+    ro = rollout(list(range(8)), rank_groups, task, group=8, seed=0, step=1, draw_lengths=plan.recipe.draw_lengths,
                  keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
     keep = torch.tensor([True, True, True, False, False, False, False, True])  # rank 1 keeps only group 7
     adv = torch.randn(8, 8)
     out = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, plan.recipe, minibatches=2, grad_clip=1.0,
-                        temperature=1.0, mine=mine, dist=TwinDist(1))
+                        temperature=1.0, rank_groups=rank_groups, dist=TwinDist(1))
     # Global chunks [0, 1] and [2, 7]: rank 1 has no rows in the first, one group in the second.
     assert out["idle_minibatches"] == 1 and out["nonfinite"] == 0
     assert {"entropy", "loss", "grad_norm", "logp_mismatch", "ratio_dev", "clip_frac"} <= set(out)

@@ -143,7 +143,7 @@ class _Rows(list):
 def _server(monkeypatch, spoke):
     import torch
 
-    from scalerl.generation.fleet import worker
+    from scalerl.generation.fleet import generator_loop as worker
 
     engine = _Engine()
     monkeypatch.setattr(worker, "build_engine", lambda spec: engine)
@@ -157,7 +157,7 @@ def _server(monkeypatch, spoke):
 
 def test_a_generator_serves_ready_orders_back_to_back_by_step_then_job(monkeypatch):
     from scalerl.generation.engines.interface import SamplingParams
-    from scalerl.generation.fleet.worker import Shard
+    from scalerl.generation.fleet.generator_loop import Shard
 
     params = SamplingParams(max_new_tokens=2, eos_token_id=2, pad_token_id=0)
 
@@ -178,7 +178,7 @@ def test_a_generator_serves_ready_orders_back_to_back_by_step_then_job(monkeypat
 
 def test_a_generator_that_lost_its_trainer_stops_at_its_next_decode_step(monkeypatch):
     from scalerl.generation.engines.interface import SamplingParams
-    from scalerl.generation.fleet.worker import Shard
+    from scalerl.generation.fleet.generator_loop import Shard
 
     shard = Shard([[5]], SamplingParams(max_new_tokens=2, eos_token_id=2, pad_token_id=0))
     spoke = _Spoke([["order", {"job": 1, "step": 1, "min_version": 0, "shards": [shard]}]], n_orders=9)
@@ -208,7 +208,7 @@ from scalerl.generation.engines.interface import SamplingParams
 from scalerl.generation.fleet.pool import GeneratorPool
 from scalerl.generation.engines.torch_engine import TorchGenerator
 from scalerl.generation.fleet.transport import TransportError
-from scalerl.generation.fleet.worker import Shard, WorkerSpec
+from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec
 from scalerl.models.load import load_checkpoint
 from scalerl.models.policy import Policy
 from scalerl.precision import PRECISIONS

@@ -89,7 +89,7 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation, correcti
     for budget in (0, 24):
         r.trainer.load_state_dict(start)
         outs.append(policy_update(r.trainer, sgd, r.params, ro, adv, keep, plan.recipe, minibatches=2,
-                                  grad_clip=1.0, temperature=1.0, mine=slice(0, 4), dist=OneRank(),
+                                  grad_clip=1.0, temperature=1.0, rank_groups=slice(0, 4), dist=OneRank(),
                                   micro_batch_tokens=budget))
         weights.append({k: v.clone() for k, v in r.trainer.state_dict().items()})
     one, micro = outs

@@ -29,7 +29,7 @@ from scalerl.generation.engines.interface import Generation, SamplingParams
 from scalerl.generation.fleet.transport import Hub, Spoke, TransportError, decode, encode
 from scalerl.generation.transfer.trust import Signed
 from scalerl.generation.transfer.buckets import TensorSpec
-from scalerl.generation.fleet.worker import Shard, WorkerSpec, wire_types
+from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec, wire_types
 from scalerl.precision import PRECISIONS
 
 

@@ -211,7 +211,7 @@ def test_a_push_gathers_and_broadcasts_only_after_every_generator_entered_vllms_
 
 
 def test_a_generator_process_says_so_before_each_nccl_step(monkeypatch):
-    from scalerl.generation.fleet import worker
+    from scalerl.generation.fleet import generator_loop as worker
 
     log = []
 
@@ -277,7 +277,7 @@ def test_nccl_is_refused_without_cuda_without_a_trainer_gpu_and_without_generato
 def test_a_generator_on_the_trainers_own_gpu_is_refused_before_anything_starts():
     from scalerl.generation.fleet.pool import GeneratorPool
     from scalerl.generation.engines.vllm_option import VLLMGenerationConfig
-    from scalerl.generation.fleet.worker import WorkerSpec
+    from scalerl.generation.fleet.generator_loop import WorkerSpec
 
     spec = WorkerSpec(rank=0, n_generators=2, checkpoint="", device="cpu", dtype="bfloat16", compute_dtype="float32",
                       heads=None, attn_implementation=None, threads=1, timeout_s=30, in_flight=True, schema=(),

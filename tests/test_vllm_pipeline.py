@@ -23,7 +23,7 @@ from transformers import DynamicCache  # noqa: E402
 
 from scalerl.generation.fleet.pool import GeneratorPool  # noqa: E402
 from scalerl.generation.engines.vllm_option import VLLMGenerationConfig  # noqa: E402
-from scalerl.generation.fleet.worker import Shard, WorkerSpec  # noqa: E402
+from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec  # noqa: E402
 from scalerl.models.load import load_checkpoint  # noqa: E402
 from scalerl.models.policy import positions_from_mask, token_logprobs  # noqa: E402
 from scalerl.precision import PRECISIONS  # noqa: E402

@@ -153,7 +153,7 @@ def _cross_checks(c: Config) -> None:
     # The study names a folder under <out_root>/sweeps/: a plain name, never a path out of it
     check(bool(STUDY_NAME.fullmatch(str(c.study))) and c.study not in (".", ".."), "study",
           f"must be a plain name (letters, digits and = , . _ + -, no '/'), got {c.study!r}")
-    # A generator process drives one device (generation/fleet/worker.py): an engine that shards the model
+    # A generator process drives one device (generation/fleet/generator_loop.py): an engine that shards the model
     # over several runs in the trainer's process only
     generators, tp = async_node(c).generators, c.generation.model_shards()
     check(not (generators and tp > 1), "generation.tensor_parallel_size",

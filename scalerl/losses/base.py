@@ -86,3 +86,17 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``x`` over ``mask`` (0 when the mask is empty)."""
     m = mask.to(x.dtype)
     return (x * m).sum() / m.sum().clamp(min=1)
+
+def ppo_clip_token_loss(logp, behav_logp, adv, mask, eps_low: float, eps_high: float):
+    """-min(ρ·Â, clip(ρ, 1-ε_low, 1+ε_high)·Â) per token.
+
+    logp, behav_logp, mask: (N, T); adv: (N,). Returns ((N, T) loss, metrics).
+    Tokens whose clipped branch is active get zero gradient.
+    """
+    a = adv[:, None]
+    ratio = torch.exp(logp - behav_logp)  # (N, T), carries gradient
+    unclipped = ratio * a
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * a
+    loss = -torch.minimum(unclipped, clipped)
+    was_clipped = (clipped < unclipped).detach()
+    return loss, {"clip_frac": masked_mean(was_clipped.float(), mask), CLIPPED: was_clipped}

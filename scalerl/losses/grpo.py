@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from scalerl.core.errors import check
 from scalerl.losses.base import LossConfig
-from scalerl.losses.ppo_clip import ppo_clip_token_loss
+from scalerl.losses.base import ppo_clip_token_loss
 
 
 @dataclass

@@ -33,7 +33,7 @@ def share(n: int, rank: int, world: int) -> slice:
 @torch.no_grad()
 def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, draw_lengths, **gen_kw) -> dict:
     n = len(task.heldout)
-    mine = share(n, dist.rank, dist.world)
+    rank_prompts = share(n, dist.rank, dist.world)
     rng = torch.Generator().manual_seed(mix_seed(seed, step, EVAL_STREAM))
     limits = draw_lengths(n * samples, rng)  # the whole split's limits: rank-invariant
     seeds = torch.tensor([mix_seed(seed, step, EVAL_STREAM, i) for i in range(n)], dtype=torch.long)
@@ -44,8 +44,8 @@ def heldout_pass_rate(task, *, samples: int, seed: int, step: int, dist, draw_le
     # rows: one per task, one per kind, the last for all; columns: correct, samples,
     # generated tokens, truncated, then one per flag. Sums, so the ranks' shares all-reduce.
     sums = torch.zeros(len(names) + len(kinds) + 1, 4 + len(flags), dtype=torch.float64)
-    for start in range(mine.start, mine.stop, per_chunk):
-        stop = min(start + per_chunk, mine.stop)
+    for start in range(rank_prompts.start, rank_prompts.stop, per_chunk):
+        stop = min(start + per_chunk, rank_prompts.stop)
         chunk = task.heldout[start:stop]
         ro = sample_and_score(chunk, range(start, stop), samples, seeds=seeds[start:stop],
                               limits=limits.select(slice(start * samples, stop * samples)), task=task, **gen_kw)

@@ -130,8 +130,8 @@ def rollout_from_state(state: dict, device) -> Rollout:
 
 def rollout_share(ro: Rollout, groups: slice) -> Rollout:
     """The groups ``groups`` of ``ro``, as the rank that owns them would have sampled and scored them
-    itself (``rollout(..., mine=groups)``): prompt padding and completion columns trimmed to the
-    share's widest row (``left_pad`` and the torch sampler do the same), its own token count.
+    itself (``rollout(..., rank_groups=groups)``): prompt padding and completion columns trimmed to the
+    share's widest row (``left_pad`` and the torch engine do the same), its own token count.
     Rank 0 of a pipeline_rl run splits the generators' batch with it (``pipeline.scatter_batch``)."""
     G = ro.correct.shape[1]
     rows = slice(groups.start * G, groups.stop * G)
@@ -173,9 +173,9 @@ def encode_phrase(tok, phrase: str) -> list[int]:
     return list(_encode_phrase(tok, phrase))
 
 
-def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, step: int, draw_lengths, keep_fn,
+def rollout(step_prompts: list[int], rank_groups: slice, task, *, group, seed: int, step: int, draw_lengths, keep_fn,
             refill_rounds, sampler, **gen_kw) -> Rollout:
-    """One step's rollout for this rank's prompts ``step_prompts[mine]``.
+    """One step's rollout for this rank's prompts ``step_prompts[rank_groups]``.
 
     Seeds and the length limits are drawn for the whole global batch and this
     rank takes its share, so the completions do not depend on the rank count.
@@ -184,9 +184,9 @@ def rollout(step_prompts: list[int], mine: slice, task, *, group, seed: int, ste
     every group has signal or the rounds run out.
     """
     P = len(step_prompts)
-    seeds = prompt_seeds(seed, step, 0, P)[mine]
-    limits = draw_lengths(P * group, length_rng(seed, step, 0)).select(slice(mine.start * group, mine.stop * group))
-    idx = step_prompts[mine]
+    seeds = prompt_seeds(seed, step, 0, P)[rank_groups]
+    limits = draw_lengths(P * group, length_rng(seed, step, 0)).select(slice(rank_groups.start * group, rank_groups.stop * group))
+    idx = step_prompts[rank_groups]
     ro = sample_and_score([task.train[i] for i in idx], idx, group, seeds=seeds, limits=limits, task=task, **gen_kw)
 
     def draw(r: int, k: int) -> Rollout:

@@ -86,7 +86,7 @@ class RunPlan:
         return self.dist.mesh is not None
 
     @property
-    def mine(self) -> slice:
+    def rank_groups(self) -> slice:
         """This rank's share of a step's prompts (the same share with generator processes, ``pipeline.py``)."""
         per = self.derived.prompts_per_rank
         return slice(self.dist.rank * per, (self.dist.rank + 1) * per)
@@ -140,7 +140,7 @@ class RoadKind:
     sampler here only tracks the version)."""
     batches: Optional[str]
     """Where the training batches come from, when not from that engine: ``own_sampler``
-    (``LoadWeights`` into a torch sampler with a body dtype of its own, ``precision.generator_body``),
+    (``LoadWeights`` into a torch engine with a body dtype of its own, ``precision.generator_body``),
     ``remote`` (``Remote``: generator processes); None: the in-process engine samples them."""
 
 

@@ -143,7 +143,7 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
     device, sharded, body, attn = dist.device, plan.sharded, plan.body_dtype, plan.attn
     option = GENERATORS[cfg.generation.name]
     # An engine in the generator processes only (``plan.engine_in_generators``): the trainer keeps
-    # the torch sampler over its own model, which then only tracks the version.
+    # the torch engine over its own model, which then only tracks the version.
     remote, copy = plan.engine_in_generators, plan.road.engine == "copy"
     if sharded:
         # fp32 master weights built on the meta device; each FSDP2 unit is read from the checkpoint
@@ -215,7 +215,7 @@ def engine_end(plan: RunPlan, r: Run):
 
 
 def own_sampler(plan: RunPlan, r: Run) -> TorchGenerator:
-    """The training batches' torch sampler with weights of its own, when the precision axis gives the
+    """The training batches' torch engine with weights of its own, when the precision axis gives the
     generator a body dtype other than the trainer's, or rounds its weights to one (``engine``: bf16
     weights, computed in the trainer's dtype)."""
     gen_dtype = plan.heads.gen_body_dtype or plan.body_dtype

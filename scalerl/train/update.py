@@ -54,9 +54,9 @@ def minibatch_groups(keep: torch.Tensor, n_minibatches: int) -> list[list[int]]:
 
 
 def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatches: int, grad_clip: float,
-                  temperature: float, mine: slice, dist, micro_batch_tokens: int = 0,
+                  temperature: float, rank_groups: slice, dist, micro_batch_tokens: int = 0,
                   version: Optional[int] = None, lagged=None) -> dict:
-    """Train on this rank's rollout ``ro`` (the groups ``mine`` of the step's batch).
+    """Train on this rank's rollout ``ro`` (the groups ``rank_groups`` of the step's batch).
 
     trainer: ``CompletionLogits`` (FSDP2-sharded or not); adv: (P, G) and keep: (P,) for
     the whole global batch (identical on every rank). ``version``: the trainer's version before
@@ -65,10 +65,10 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     """
     group = ro.correct.shape[1]
     device = ro.gen.tokens.device
-    adv_rows = adv[mine].flatten().to(device)  # (P_local*G,)
+    adv_rows = adv[rank_groups].flatten().to(device)  # (P_local*G,)
     chunks = []
     for chunk in minibatch_groups(keep, minibatches):
-        groups = [g - mine.start for g in chunk if mine.start <= g < mine.stop]  # this rank's share, local indices
+        groups = [g - rank_groups.start for g in chunk if rank_groups.start <= g < rank_groups.stop]  # this rank's share, local indices
         rows = group_rows(groups, group, device)
         chunks.append((groups, rows))
     beh = None  # a correction's π_old and weights: one extra forward before the first update (behaviour.py)

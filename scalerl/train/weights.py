@@ -4,14 +4,14 @@
 
 The in-process engine (``Run.generator``: evaluation, and the training batches when the
 trainer's process generates them) always holds the trainer's current version. It gets it
-by one of three roads (``Engine``):
+by one of three roads (``RoadEnd``):
 
 - ``SharedModule``: the engine samples from the trainer's own module; nothing to copy, only
   the version moves (the torch engine on an unsharded trainer);
 - ``Copy``: the engine samples from its own copy of the model, in the generator's dtype
   (an FSDP2-sharded trainer, ``sharding.py``): the full weights are copied in, in process;
 - ``LoadWeights``: an engine with weights of its own gets them through
-  ``Generator.load_weights`` (vLLM in the trainer's process; the torch sampler with its own
+  ``Generator.load_weights`` (vLLM in the trainer's process; the torch engine with its own
   body dtype, ``precision.generator_body``).
 
 Generators elsewhere (``Road.batches``) get the version when the interleaving pushes
@@ -34,7 +34,7 @@ from scalerl.generation.transfer import BUCKET_BYTES
 from scalerl.train.sharding import copy_weights, full_state_dict, iter_full_tensors
 
 
-class Engine(Protocol):
+class RoadEnd(Protocol):
     """One road's end: ``publish`` hands it the trainer's weights as ``version``; returns the
     seconds the trainer was held up."""
 
@@ -106,8 +106,8 @@ class Road:
     """The run's road: the in-process ``engine`` at every version, then the generators
     elsewhere (``batches``, if any) at every ``push_every``-th version."""
 
-    engine: Engine
-    batches: Optional[Engine] = None
+    engine: RoadEnd
+    batches: Optional[RoadEnd] = None
     push_every: int = 1
     """The interleaving's: PPO-off-policy-k pushes every k versions, PipelineRL every one (§3.1)."""
 

@@ -12,6 +12,6 @@ losses or the training loop: orders are token ids and sampling settings, replies
 ``Generation`` shards tagged with the generator's policy version.
 """
 from scalerl.generation.fleet.pool import GeneratorPool, job_rendezvous
-from scalerl.generation.fleet.worker import Shard, WorkerSpec
+from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec
 
 __all__ = ["GeneratorPool", "Shard", "WorkerSpec", "job_rendezvous"]

@@ -32,7 +32,7 @@ from scalerl.generation.fleet.transport import PROBE_TAG, Hub
 from scalerl.generation.transfer.trust import SECRET_ENV, run_host
 from scalerl.generation.transfer.buckets import BUCKET_BYTES, in_order, lay_out, pack, packed_bytes, weight_schema
 from scalerl.generation.transfer.vllm_nccl import NcclPlane
-from scalerl.generation.fleet.worker import Shard, WorkerSpec
+from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -61,7 +61,7 @@ class LocalSchedule:
         """Sample ``step``'s batch with the current weights and keep it until that step asks for it."""
         r, cfg, recipe = self.r, self.cfg, self.plan.recipe
         prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
-        ro = rollout(prompts, self.plan.mine, r.task, group=cfg.batch.generations, seed=cfg.seed, step=step,
+        ro = rollout(prompts, self.plan.rank_groups, r.task, group=cfg.batch.generations, seed=cfg.seed, step=step,
                      draw_lengths=recipe.draw_lengths, keep_fn=recipe.keep,
                      refill_rounds=recipe.refill_rounds, sampler=r.sampler, **self.gen_kw)
         self.pending[step] = (ro, prompts, r.sampler.drawn)

@@ -4,7 +4,7 @@
 
 (the run's secret in ``$SCALERL_TRANSPORT_SECRET``) connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
 builds the run's generation engine (the ``generation`` option, through the
-``GENERATORS`` registry: the torch sampler over its own copy of the checkpoint,
+``GENERATORS`` registry: the torch engine over its own copy of the checkpoint,
 or a vLLM engine) in the generator's own dtype with the precision axis's
 generator-side head, waits for the trainer's weights, then serves the control
 stream in order:
