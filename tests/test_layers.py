@@ -303,21 +303,25 @@ sys.meta_path.insert(0, _Trace())
 
 
 @pytest.mark.slow
-def test_an_embedded_run_imports_no_modeling_of_transformers(tmp_path):
+@pytest.mark.parametrize("model", ["tiny", "tiny_moe"])
+def test_an_embedded_run_imports_no_modeling_of_transformers(tmp_path, model):
     # Every process of a one-step run through the entry point (the sweep, the arms' forkserver, the
     # arm) records the modules it imports (a sitecustomize on PYTHONPATH, inherited by each Python
     # process, forked ones included): the trainer is imported, and transformers only for the
-    # tokenizer, never a model's modeling (models/llama.py; about 3 CPU-s per process, docs/testing.md).
-    # The random-init checkpoint is built first, as any earlier run on this cache did: building it
-    # (once per cache) still uses transformers' Llama (docs/embedded.md).
+    # tokenizer, never a model's modeling (models/llama.py, models/qwen3_moe.py; about 3 CPU-s per
+    # process, docs/testing.md). The random-init checkpoint is built first, as any earlier run on this
+    # cache did: building it (once per cache) still uses transformers' modeling (docs/embedded.md).
     from helpers import ANSWERS_ONLY, run_cli
 
     from scalerl.config import compose, validate
-    from scalerl.models.tiny import prepare_tiny
+    from scalerl.models import MODELS
 
-    args = ["train.steps=1", "train.eval_every=1", "logger=none", "async=sync", "train.threads=1", *ANSWERS_ONLY]
+    # tiny: the answers-only shape, whose warm start the tests ship; tiny_moe: the default shape, whose
+    # warm start scalerl ships (another shape would train one first)
+    args = [f"model={model}", "train.steps=1", "train.eval_every=1", "logger=none", "async=sync", "train.threads=1",
+            *(ANSWERS_ONLY if model == "tiny" else [])]
     cfg = validate(compose(args))
-    prepare_tiny(cfg.model, Path(cfg.cache_dir).expanduser(), log=lambda line: None)
+    MODELS[model].fn(cfg.model, Path(cfg.cache_dir).expanduser(), log=lambda line: None)
     hook, trace = tmp_path / "hook", tmp_path / "trace"
     hook.mkdir(), trace.mkdir()
     (hook / "sitecustomize.py").write_text(_IMPORT_TRACE)

@@ -95,7 +95,7 @@ class ModelConfig:
         return int(c.get("num_experts") or c.get("num_local_experts") or 0) > 0
 
     def scalerl_modeling(self) -> bool:
-        """The option's checkpoint runs on scalerl's own module (``models/llama.py``) where the run
+        """The option's checkpoint runs on scalerl's own module (``models/load.py:OWN_MODULES``) where the run
         computes eager attention (``RunPlan.lean``), not on transformers' modeling."""
         return False
 

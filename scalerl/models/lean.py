@@ -1,4 +1,4 @@
-"""A lean inference forward for Llama bodies with eager attention: the generator's fast path.
+"""A lean inference forward for Llama and Qwen3-MoE bodies with eager attention: the generator's fast path.
 
 Sampling is most of a synchronous RL step on a CPU, and at the embedded model's size
 (3 layers of width 96) the decode steps are bound by per-op work, not by FLOPs. This
@@ -34,7 +34,9 @@ def lean_supported(model) -> bool:
     """True when ``model``'s body is one this module computes exactly as HF does."""
     c = model.config
     rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
-    return (c.model_type == "llama" and getattr(c, "_attn_implementation", None) == "eager"
+    moe_ok = c.model_type != "qwen3_moe" or (not getattr(c, "mlp_only_layers", None) and getattr(c, "decoder_sparse_step", 1) == 1
+                                             and not getattr(c, "use_sliding_window", False))
+    return (c.model_type in ("llama", "qwen3_moe") and moe_ok and getattr(c, "_attn_implementation", None) == "eager"
             and rope.get("rope_type", "default") == "default" and not getattr(c, "attention_bias", False)
             and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
             and getattr(c, "pretraining_tp", 1) == 1 and not getattr(c, "attention_dropout", 0.0))
@@ -102,12 +104,16 @@ class LeanLlama:
         self._fused = self._key = None
 
     def _weights(self) -> list[tuple]:
-        """Per layer: (norm1, qkv, o, norm2, gate_up, down), concatenated once per weight version."""
+        """Per layer: (norm1, qkv, o, norm2, the q/k norms or None, the feed-forward), the weights
+        concatenated once per weight version. The feed-forward is (gate_up, down) for a dense MLP,
+        and a Qwen3-MoE's sparse block itself (its router is hooked: ``routing.py``)."""
         key = tuple((p.data_ptr(), p._version) for p in self._params)
         if key != self._key:
             self._fused = [(layer.input_layernorm, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
                             a.o_proj.weight, layer.post_attention_layernorm,
-                            torch.cat([m.gate_proj.weight, m.up_proj.weight]), m.down_proj.weight)
+                            (a.q_norm, a.k_norm) if hasattr(a, "q_norm") else None,
+                            (torch.cat([m.gate_proj.weight, m.up_proj.weight]), m.down_proj.weight)
+                            if hasattr(m, "gate_proj") else m)
                            for layer in self.body.layers for a, m in [(layer.self_attn, layer.mlp)]]
             self._key = key
         return self._fused
@@ -146,9 +152,11 @@ class LeanLlama:
         allowed = ((k_at <= q_at) & attention_mask.bool()[:, None, :]) | (k_at == q_at)
         bias = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device)
         bias = bias.masked_fill_(~allowed, torch.finfo(h.dtype).min)[:, None]  # (B, 1, T, S)
-        for i, (norm1, w_qkv, w_o, norm2, w_gu, w_down) in enumerate(self._weights()):
+        for i, (norm1, w_qkv, w_o, norm2, qk_norms, ffn) in enumerate(self._weights()):
             qkv = F.linear(norm1(h), w_qkv).view(b, t, nh + 2 * nkv, d).transpose(1, 2)
             qk = qkv[:, : nh + nkv]
+            if qk_norms is not None:  # Qwen3: each head's queries and keys normed before the rotary embedding
+                qk = torch.cat([qk_norms[0](qk[:, :nh]), qk_norms[1](qk[:, nh:])], dim=1)
             qk = qk * cos + qk.roll(d // 2, dims=-1) * sin
             k, v = cache.append(i, qk[:, nh:], qkv[:, nh + nkv :])
             if nkv != nh:
@@ -156,6 +164,9 @@ class LeanLlama:
             scores = torch.matmul(qk[:, :nh], k.transpose(2, 3)) * self.scaling + bias
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(h.dtype)
             h = h + F.linear(torch.matmul(probs, v).transpose(1, 2).reshape(b, t, nh * d), w_o)
-            gate, up = F.linear(norm2(h), w_gu).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, w_down)
+            if isinstance(ffn, tuple):
+                gate, up = F.linear(norm2(h), ffn[0]).chunk(2, dim=-1)
+                h = h + F.linear(F.silu(gate) * up, ffn[1])
+            else:
+                h = h + ffn(norm2(h))
         return self.body.norm(h)

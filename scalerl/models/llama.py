@@ -36,13 +36,15 @@ CONFIG_DEFAULTS = dict(rms_norm_eps=1e-6, tie_word_embeddings=False, attention_b
 class LlamaConfig(SimpleNamespace):
     """A checkpoint's ``config.json`` as attributes (every key kept, so a save writes it back)."""
 
+    MODEL_TYPE = "llama"
+
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "LlamaConfig":
         return cls.from_dict(json.loads((Path(path) / "config.json").read_text()))
 
     @classmethod
     def from_dict(cls, d: dict) -> "LlamaConfig":
-        c = cls(**{**CONFIG_DEFAULTS, **d})
+        c = cls(**{**CONFIG_DEFAULTS, **cls.DEFAULTS, **d})
         c._keys, c._attn_implementation = list(d), "eager"
         if not getattr(c, "num_key_value_heads", None):
             c.num_key_value_heads = c.num_attention_heads
@@ -50,14 +52,21 @@ class LlamaConfig(SimpleNamespace):
             c.head_dim = c.hidden_size // c.num_attention_heads
         rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
         c.rope_theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
-        unsupported = {"model_type": c.model_type != "llama", "rope_parameters.rope_type": rope.get("rope_type", "default") != "default",
+        unsupported = {"model_type": c.model_type != cls.MODEL_TYPE, **c.unsupported(), "rope_parameters.rope_type": rope.get("rope_type", "default") != "default",
                        "attention_bias": c.attention_bias, "mlp_bias": c.mlp_bias, "hidden_act": c.hidden_act != "silu",
                        "pretraining_tp": c.pretraining_tp != 1, "attention_dropout": bool(c.attention_dropout)}
         bad = [k for k, v in unsupported.items() if v]
         if bad:
-            raise ValueError(f"scalerl's Llama module does not compute config.json's {bad[0]}={getattr(c, bad[0].split('.')[0])!r}; "
-                             "use model=hf (transformers' modeling)")
+            raise ValueError(f"scalerl's {cls.MODEL_TYPE} module does not compute config.json's {bad[0]}="
+                             f"{getattr(c, bad[0].split('.')[0])!r}; use model=hf (transformers' modeling)")
         return c
+
+    DEFAULTS: dict = {}
+    """An architecture's own defaults for keys its config.json may leave out."""
+
+    def unsupported(self) -> dict:
+        """{key: True} for what an architecture's own settings ask and its module does not compute."""
+        return {}
 
     def to_dict(self) -> dict:
         """The keys the checkpoint's ``config.json`` had, with their values."""
@@ -129,7 +138,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, c: LlamaConfig, layer_idx: int):
+    """Llama's attention; ``qk_norm``: an RMSNorm on each head's queries and keys before the rotary
+    embedding (Qwen3's ``q_norm``/``k_norm``, ``qwen3_moe.py``)."""
+
+    def __init__(self, c: LlamaConfig, layer_idx: int, qk_norm: bool = False):
         super().__init__()
         self.layer_idx = layer_idx
         self.head_dim = c.head_dim
@@ -139,6 +151,10 @@ class Attention(nn.Module):
         self.k_proj = Linear(c.hidden_size, self.n_kv * self.head_dim, bias=False)
         self.v_proj = Linear(c.hidden_size, self.n_kv * self.head_dim, bias=False)
         self.o_proj = Linear(self.n_heads * self.head_dim, c.hidden_size, bias=False)
+        if qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, c.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, c.rms_norm_eps)
+        self.qk_norm = qk_norm
 
     def forward(self, x, bias, cos, sin, cache=None):
         """x (B, T, H); bias (B, 1, T, S) additive; cos/sin (B, 1, T, D). Returns (B, T, H)."""
@@ -146,6 +162,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)  # (B, heads, T, D)
         k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        if self.qk_norm:  # over each head's last dimension: the same values before or after the transpose
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
@@ -176,13 +194,16 @@ class DecoderLayer(nn.Module):
     def __init__(self, c: LlamaConfig, layer_idx: int):
         super().__init__()
         self.self_attn = Attention(c, layer_idx)
-        self.mlp = MLP(c)
+        self.mlp = self.feed_forward(c)
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
     def forward(self, h, bias, cos, sin, cache=None):
         h = h + self.self_attn(self.input_layernorm(h), bias, cos, sin, cache)
         return h + self.mlp(self.post_attention_layernorm(h))
+
+    def feed_forward(self, c: LlamaConfig) -> nn.Module:
+        return MLP(c)
 
 
 def attention_bias(attention_mask: torch.Tensor, t: int, dtype: torch.dtype) -> torch.Tensor:
@@ -201,11 +222,13 @@ def attention_bias(attention_mask: torch.Tensor, t: int, dtype: torch.dtype) -> 
 class LlamaModel(nn.Module):
     """The decoder body (HF's ``model.`` prefix)."""
 
+    layer_class = DecoderLayer
+
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.config = c
         self.embed_tokens = Embedding(c.vocab_size, c.hidden_size, c.pad_token_id)
-        self.layers = nn.ModuleList(DecoderLayer(c, i) for i in range(c.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_class(c, i) for i in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.rotary_emb = Rotary(c)
 
@@ -225,10 +248,12 @@ class LlamaForCausalLM(nn.Module):
     Built uninitialised: ``from_pretrained`` (or ``empty`` and a fill) gives it its values; the
     embedded model's random initialisation is transformers' (``tiny.build_tiny_checkpoint``)."""
 
+    config_class, body_class = LlamaConfig, LlamaModel
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config)
+        self.model = self.body_class(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -272,7 +297,7 @@ class LlamaForCausalLM(nn.Module):
         from safetensors.torch import load_file
 
         path = Path(path)
-        model = cls.empty(LlamaConfig.from_pretrained(path), dtype)
+        model = cls.empty(cls.config_class.from_pretrained(path), dtype)
         state = load_file(str(path / "model.safetensors"))
         if model.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from scalerl.models import llama
+from scalerl.models import llama, qwen3_moe
 from scalerl.models.extensions import diagnose_broken_extensions
 
 if TYPE_CHECKING:
@@ -43,12 +43,26 @@ def load_checkpoint(
     return load_model(path, dtype=dtype, device=device, attn_implementation=attn_implementation), load_tokenizer(path)
 
 
+OWN_MODULES = {"llama": llama.LlamaForCausalLM, "qwen3_moe": qwen3_moe.Qwen3MoeForCausalLM}
+"""scalerl's own modules, by config.json's ``model_type``: the embedded models' (``tiny``, ``tiny_moe``)."""
+
+
+def own_module(path: str | Path) -> type:
+    """The own module class of the checkpoint at ``path``; ValueError naming the type if there is none."""
+
+    kind = json.loads((Path(path) / "config.json").read_text()).get("model_type")
+    if kind not in OWN_MODULES:
+        raise ValueError(f"{path}: scalerl's own modules compute {sorted(OWN_MODULES)}, not model_type={kind!r}; "
+                         "use model=hf (transformers' modeling)")
+    return OWN_MODULES[kind]
+
+
 def load_model(
     path: str | Path, *, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None,
     lean: bool = False,
 ) -> PreTrainedModel:
     """The model alone (the run's tokenizer is the run plan's, ``train/run_plan.py``). ``lean``:
-    scalerl's own Llama module (``llama.py``; the embedded model, ``RunPlan.lean``), else transformers'."""
+    scalerl's own module (``OWN_MODULES``; the embedded models, ``RunPlan.lean``), else transformers'."""
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(
@@ -56,7 +70,7 @@ def load_model(
             "Point model.path at a local directory; scalerl never downloads weights."
         )
     if lean:
-        return llama.LlamaForCausalLM.from_pretrained(path, dtype=dtype, device=device)
+        return own_module(path).from_pretrained(path, dtype=dtype, device=device)
     kwargs = {"dtype": dtype, "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -115,7 +129,8 @@ def build_empty(path: str | Path, *, dtype: torch.dtype, attn_implementation: st
     """The checkpoint's model with its parameters on the meta device (``CheckpointUnits``
     fills them unit by unit); its buffers are real. ``lean``: as in ``load_model``."""
     if lean:
-        return llama.LlamaForCausalLM.empty(llama.LlamaConfig.from_pretrained(path), dtype)
+        cls = own_module(path)
+        return cls.empty(cls.config_class.from_pretrained(path), dtype)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     transformers = transformers_quiet()
     config = transformers.AutoConfig.from_pretrained(Path(path), local_files_only=True)

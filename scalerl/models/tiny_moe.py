@@ -40,6 +40,9 @@ class TinyMoeModelConfig(TinyModelConfig):
         check(self.experts_per_token <= self.num_experts, "model.experts_per_token",
               f"must be <= model.num_experts={self.num_experts}, got {self.experts_per_token}")
 
+    def scalerl_modeling(self) -> bool:
+        return self.name == "tiny_moe"  # scalerl's own Qwen3-MoE module (models/qwen3_moe.py)
+
     def architecture(self) -> dict:
         # intermediate_size: every expert's width together, so the resource check sizes all the weights.
         return {**super().architecture(), "intermediate_size": self.num_experts * self.moe_intermediate_size,

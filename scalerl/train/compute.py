@@ -48,7 +48,8 @@ def gen_flops(n_params: int, tokens: int) -> float:
 def inactive_expert_params(model: nn.Module) -> int:
     """The expert parameters a token does not run: each experts block's (E - k) / E of its parameters,
     k = ``config.num_experts_per_tok`` of E = the block's ``num_experts`` (transformers' ``*Experts``
-    modules, whose weights are (E, ...) tensors: Qwen3-MoE, Mixtral). 0 for a dense model."""
+    modules, whose weights are (E, ...) tensors: Qwen3-MoE, Mixtral; scalerl's own Qwen3-MoE, E MLPs). 0 for a
+    dense model."""
     k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
     if not k:
         return 0
@@ -56,6 +57,6 @@ def inactive_expert_params(model: nn.Module) -> int:
     for m in model.modules():
         e = getattr(m, "num_experts", None)
         if type(m).__name__.endswith("Experts") and e:
-            n = sum(p.numel() for p in m.parameters(recurse=False))
+            n = sum(p.numel() for p in m.parameters())  # (E, ...) tensors, or E modules (models/qwen3_moe.py)
             out += n - n * int(k) // int(e)
     return out
