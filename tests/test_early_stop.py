@@ -92,6 +92,22 @@ def test_rivals_launch_side_by_side_one_seed_of_each_arm_per_round():
     assert race_order(["x", "y"], key=lambda a: a) == ["x", "y"]    # one seed each: the study's order
 
 
+def test_the_watcher_names_arms_by_what_sets_them_apart(tmp_path):
+    from types import SimpleNamespace
+
+    from scalerl.launch.early_stop import watching
+
+    arms = [SimpleNamespace(overrides=[f"length.max_new_tokens={n}", f"seed={s}", "logger=none"], arm_hash=f"h{n}",
+                            name=f"r{n}{s}", run_dir=tmp_path / f"r{n}{s}") for n in (48, 56) for s in (0, 1)]
+    sweeper = SimpleNamespace(early_stop=True, stop_rule=None, poll_s=60.0)
+    with watching(sweeper, arms) as watcher:
+        assert watcher.groups == {"length.max_new_tokens=48": [tmp_path / "r480", tmp_path / "r481"],
+                                  "length.max_new_tokens=56": [tmp_path / "r560", tmp_path / "r561"]}
+    same = [SimpleNamespace(**{**vars(a), "overrides": ["logger=none", f"seed={i}"]}) for i, a in enumerate(arms)]
+    with watching(sweeper, same) as watcher:   # nothing tells them apart but the hash: named by it
+        assert sorted(watcher.groups) == ["h48", "h56"]
+
+
 @pytest.mark.slow
 def test_the_loop_ends_stopped_early_at_the_next_step_after_a_stop_request(tiny_cfg, tmp_path, monkeypatch):
     import scalerl.train.loop as loop

@@ -164,6 +164,17 @@ def race_order(arms: list, key=lambda arm: arm.arm_hash or arm.name) -> list:
     return [g[i] for i in range(rounds) for g in groups.values() if i < len(g)]
 
 
+def arm_labels(overrides: list[list[str]]) -> list[str]:
+    """Each run's arm as the watcher's lines and stop records name it: its overrides less the seed, the
+    study and those every run shares (the sweep's own settings).
+
+    >>> arm_labels([["length.max_new_tokens=48", "seed=0", "logger=none"], ["length.max_new_tokens=56", "seed=0", "logger=none"]])
+    ['length.max_new_tokens=48', 'length.max_new_tokens=56']
+    """
+    shared = set.intersection(*map(set, overrides)) if overrides else set()
+    return [" ".join(o for o in run if o not in shared and not o.startswith(("seed=", "study="))) for run in overrides]
+
+
 @contextmanager
 def watching(sweeper, arms):
     """Watch ``arms`` (the sweep's planned arms) while the block runs, if early stopping is on."""
@@ -174,6 +185,9 @@ def watching(sweeper, arms):
     groups: dict[str, list[Path]] = {}
     for arm in arms:
         groups.setdefault(arm.arm_hash or arm.name, []).append(arm.run_dir)
+    labels = dict(zip([arm.arm_hash or arm.name for arm in arms], arm_labels([arm.overrides for arm in arms])))
+    if len(set(labels.values())) == len(labels) and all(labels.values()):  # named by what sets them apart
+        groups = {labels[key]: dirs for key, dirs in groups.items()}
     what = "A" if rule.target_compute is None else f"predicted reward at C*={rule.target_compute:.4g}"
     print(f"[scalerl] early stopping on: an arm stops when the upper {100 * rule.level:.0f}% bound of its "
           f"{what} falls below the leader's lower bound (only past its bend, only with A identified)")
