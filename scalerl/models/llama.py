@@ -191,9 +191,12 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """One FSDP2 unit and one activation-checkpointing unit (``models/policy.py``)."""
 
+    qk_norm = False
+    """Qwen3's per-head query and key norms (``Attention``)."""
+
     def __init__(self, c: LlamaConfig, layer_idx: int):
         super().__init__()
-        self.self_attn = Attention(c, layer_idx)
+        self.self_attn = Attention(c, layer_idx, qk_norm=self.qk_norm)
         self.mlp = self.feed_forward(c)
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)

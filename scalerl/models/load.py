@@ -49,7 +49,6 @@ OWN_MODULES = {"llama": llama.LlamaForCausalLM, "qwen3_moe": qwen3_moe.Qwen3MoeF
 
 def own_module(path: str | Path) -> type:
     """The own module class of the checkpoint at ``path``; ValueError naming the type if there is none."""
-
     kind = json.loads((Path(path) / "config.json").read_text()).get("model_type")
     if kind not in OWN_MODULES:
         raise ValueError(f"{path}: scalerl's own modules compute {sorted(OWN_MODULES)}, not model_type={kind!r}; "

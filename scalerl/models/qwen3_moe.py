@@ -21,11 +21,13 @@ sparse ones (``mlp_only_layers``, ``decoder_sparse_step``), sliding windows, bia
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from scalerl.models.llama import MLP, Attention, DecoderLayer, LlamaConfig, LlamaForCausalLM, LlamaModel
+from scalerl.models.llama import MLP, DecoderLayer, LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
 class Qwen3MoeConfig(LlamaConfig):
@@ -67,7 +69,8 @@ class Experts(nn.ModuleList):
     """E SwiGLU MLPs of width ``moe_intermediate_size``; each runs on the tokens routed to it."""
 
     def __init__(self, c: Qwen3MoeConfig):
-        super().__init__(MLP(SimpleWidth(c.hidden_size, c.moe_intermediate_size)) for _ in range(c.num_experts))
+        width = SimpleNamespace(hidden_size=c.hidden_size, intermediate_size=c.moe_intermediate_size)  # what MLP reads
+        super().__init__(MLP(width) for _ in range(c.num_experts))
         self.num_experts = c.num_experts
 
     def forward(self, h: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -90,13 +93,6 @@ class Experts(nn.ModuleList):
         return out
 
 
-class SimpleWidth:
-    """The two sizes ``llama.MLP`` reads, for an expert's narrower MLP."""
-
-    def __init__(self, hidden_size: int, intermediate_size: int):
-        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
-
-
 class SparseMoeBlock(nn.Module):
     def __init__(self, c: Qwen3MoeConfig):
         super().__init__()
@@ -111,9 +107,7 @@ class SparseMoeBlock(nn.Module):
 
 
 class Qwen3MoeDecoderLayer(DecoderLayer):
-    def __init__(self, c: Qwen3MoeConfig, layer_idx: int):
-        super().__init__(c, layer_idx)
-        self.self_attn = Attention(c, layer_idx, qk_norm=True)
+    qk_norm = True
 
     def feed_forward(self, c: Qwen3MoeConfig) -> nn.Module:
         return SparseMoeBlock(c)
