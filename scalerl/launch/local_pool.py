@@ -91,7 +91,8 @@ def _die_with_sweep(conn, replied: threading.Event) -> None:
 def _arm_process(blob: bytes, conn, gpus: list[str] | None = None) -> None:
     """Target of an arm's process: watch the sweep from the first moment, run the arm, send
     its pickled JobReturn back (or why it could not run), and exit."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # the forkserver ignores Ctrl-C; an arm takes it
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the forkserver ignores Ctrl-C; an arm takes it,
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # unblocked (arm_context blocked it for the server)
     replied = threading.Event()
     _die_with_sweep(conn, replied)
     try:
@@ -170,23 +171,26 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
     print(f"[scalerl] running {len(jobs)} arm(s), {workers} at a time, {'/'.join(map(str, sorted(set(threads))))} "
           f"thread(s) each{where}; logs in <run dir>/train.log", flush=True)
     state = Singleton.get_state()
-    blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k]))
-             for k, (_, cfg) in enumerate(jobs)]
-    arms = ArmProcesses(arm_context(), blobs, workers, shares if devices else None)
-    interrupted = None
-    try:
+    arms, interrupted = None, None
+    try:  # from the first line the user reads: a Ctrl-C while the arms' processes start is one too
+        blobs = [cloudpickle.dumps((launcher.hydra_context, launcher.task_function, cfg, state, threads[k]))
+                 for k, (_, cfg) in enumerate(jobs)]
+        arms = ArmProcesses(arm_context(), blobs, workers, shares if devices else None)
         _watch(arms, [sweep_run_dir(cfg) for _, cfg in jobs])
     except KeyboardInterrupt as e:  # Ctrl-C reached every arm too (one process group): wait for their checkpoints
         interrupted = signal_of(e)
-        arms.queue.clear()
-        if interrupted != signal.SIGINT:  # SIGTERM came to this process alone: pass it on to the arms
-            arms.signal_all(interrupted)
-        print(f"\n[scalerl] interrupted ({'Ctrl-C' if interrupted == signal.SIGINT else 'SIGTERM'}): arms are "
-              "checkpointing; relaunch the same command to resume", flush=True)
         try:
-            arms.drain(deadline_s=STOP_WAIT_S)
+            if arms is not None:
+                arms.queue.clear()
+                if interrupted != signal.SIGINT:  # SIGTERM came to this process alone: pass it on to the arms
+                    arms.signal_all(interrupted)
+            print(f"\n[scalerl] interrupted ({'Ctrl-C' if interrupted == signal.SIGINT else 'SIGTERM'}): arms are "
+                  "checkpointing; relaunch the same command to resume", flush=True)
+            if arms is not None:
+                arms.drain(deadline_s=STOP_WAIT_S)
         except KeyboardInterrupt:  # a second one: the arms stop now (signals.py); stop waiting for them
-            arms.drain(deadline_s=0)
+            if arms is not None:
+                arms.drain(deadline_s=0)
     if interrupted is not None:  # a stopped sweep is not a finished one: no leaderboard of half-trained arms
         for s in (signal.SIGINT, signal.SIGTERM):  # one more while this process exits changes nothing
             signal.signal(s, signal.SIG_IGN)
@@ -201,19 +205,26 @@ def run_parallel(launcher, job_overrides, initial_job_idx: int) -> list[JobRetur
 def arm_context():
     """The multiprocessing context arms start in: forked from a server that imported ``ARM_PRELOAD``.
 
-    The server starts with SIGINT ignored (an ignored signal stays ignored across exec): a Ctrl-C
-    while it imports ``ARM_PRELOAD`` (seconds) would otherwise kill it with a traceback on the
-    terminal. Each arm takes SIGINT back as it starts (``_arm_process``)."""
-    from multiprocessing import forkserver
+    The server starts with SIGINT blocked (a signal mask survives fork and exec): a Ctrl-C while it
+    imports ``ARM_PRELOAD`` (seconds) would otherwise kill it with a traceback on the terminal.
+    Blocked, not ignored, in this process while it starts the server: a Ctrl-C then waits and is
+    delivered once the mask is restored, where an ignored one was lost and the sweep ran on (seen
+    under load: the server's start took longer than two Ctrl-C 0.3 s apart). Each arm unblocks
+    SIGINT and takes it back as it starts (``_arm_process``)."""
+    from multiprocessing import forkserver, resource_tracker
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(ARM_PRELOAD)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+    # The server starts multiprocessing's resource tracker first, whose start unblocks SIGINT
+    # when it is done: started here, before the mask, it is already running then.
+    resource_tracker.ensure_running()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
     try:
         forkserver.ensure_running()
     finally:
         if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C meanwhile is raised here
     return ctx
 
 
