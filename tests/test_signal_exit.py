@@ -25,11 +25,18 @@ RUN = ["train.steps=400", "train.eval_every=2", "train.threads=1", "logger=none"
 SHIPPED = ["model.warmstart.final_steps=0"]
 
 
+def as_a_terminal_starts_it() -> None:
+    """The child's Ctrl-C as a terminal gives it: a suite started as a background job (``cmd &`` in a
+    script) runs with SIGINT ignored, which every child inherits, and a sweep that ignores Ctrl-C
+    cannot be tested for what it does on one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(tmp_path, cache, extra=()):
     env = {**os.environ, "SCALERL_OUTPUT": str(tmp_path / "out"), "SCALERL_CACHE": str(cache), "SCALERL_NO_BAR": "1"}
     log = tmp_path / "run.log"
     proc = subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *RUN, *extra], cwd=REPO, env=env,
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, preexec_fn=as_a_terminal_starts_it)
     return proc, log
 
 
@@ -88,7 +95,8 @@ def start_sweep(tmp_path):
     env = {**os.environ, "SCALERL_OUTPUT": str(tmp_path / "out"), "SCALERL_NO_BAR": "1"}
     log = tmp_path / "sweep.log"
     proc = subprocess.Popen([sys.executable, "-m", "scalerl.sweep", *SWEEP], cwd=REPO, env=env, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=as_a_terminal_starts_it)
     return proc, log
 
 
