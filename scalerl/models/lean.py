@@ -29,13 +29,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from scalerl.models.qwen3_moe import Qwen3MoeConfig
+
 
 def lean_supported(model) -> bool:
     """True when ``model``'s body is one this module computes exactly as HF does."""
     c = model.config
     rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
-    moe_ok = c.model_type != "qwen3_moe" or (not getattr(c, "mlp_only_layers", None) and getattr(c, "decoder_sparse_step", 1) == 1
-                                             and not getattr(c, "use_sliding_window", False))
+    # a Qwen3-MoE: what scalerl's own module refuses, this forward does not compute either
+    moe_ok = c.model_type != "qwen3_moe" or not any(Qwen3MoeConfig.unsupported(c).values())
     return (c.model_type in ("llama", "qwen3_moe") and moe_ok and getattr(c, "_attn_implementation", None) == "eager"
             and rope.get("rope_type", "default") == "default" and not getattr(c, "attention_bias", False)
             and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
