@@ -5,6 +5,7 @@ a real run (``sys.settrace``): what docs/architecture.md, "Following a run's sta
     PYTHONPATH=$PWD python benchmarks/follow_cfg.py async=sync            # one process: the torch engine's own weights
     PYTHONPATH=$PWD python benchmarks/follow_cfg.py model.dtype=bfloat16  # a sharded trainer: the copy road
     PYTHONPATH=$PWD python benchmarks/follow_cfg.py precision.generator_body=bf16  # an engine with its own weights
+    PYTHONPATH=$PWD python benchmarks/follow_cfg.py --entry run_arm       # from where each arm lands
 
 It trains one step of the tiny model and prints:
 
@@ -17,6 +18,13 @@ It trains one step of the tiny model and prints:
   the loop's own file included;
 - how many times set-up enters ``models/load.py`` from another module, and how many times it
   loads a tokenizer (``load_tokenizer``, any module).
+
+``--entry run_arm`` starts one step higher, where each arm of a sweep lands
+(``launch/task.py: run_arm``, through ``python -m scalerl.sweep``'s own entry, in process): the
+config is then Hydra's ``DictConfig`` until ``validate`` types it, so a call is followed when an
+argument is a ``DictConfig``, a config dataclass (a ``...Config``) or an object holding one as
+``.cfg``; the climbs are the followed calls that ``run_arm``'s module and ``train()``'s make into
+other modules.
 """
 from __future__ import annotations
 
@@ -49,12 +57,20 @@ def module_of(frame) -> str | None:
     return str(path.relative_to(PKG)) if path.is_relative_to(PKG) else None
 
 
-def follow(overrides: list[str]) -> dict:
+def is_config(v) -> bool:
+    """A config in any of its forms: Hydra's ``DictConfig`` or one of scalerl's config dataclasses."""
+    from omegaconf import DictConfig
+
+    return isinstance(v, DictConfig) or (is_dataclass(v) and type(v).__name__.endswith("Config"))
+
+
+def follow(overrides: list[str], entry: str = "train") -> dict:
     from scalerl.config import compose, validate
     from scalerl.train.loop import train
 
     cfg = validate(compose([*DEFAULT, *overrides]))
     nodes = config_nodes(cfg)
+    tops = {"train": ("train/loop.py",), "run_arm": ("launch/task.py", "train/loop.py")}[entry]
     seen = {"modules": set(), "setup_entries": 0, "climbs": [], "push_files": None, "load_entries": [],
             "tokenizer_loads": []}
     state = {"setup": True, "push": None}
@@ -67,6 +83,8 @@ def follow(overrides: list[str]) -> dict:
                 continue
             v = frame.f_locals.get(name)
             if id(v) in nodes or id(getattr(v, "cfg", None)) in nodes:
+                return True
+            if entry == "run_arm" and (is_config(v) or is_config(getattr(v, "cfg", None))):
                 return True
         return False
 
@@ -90,7 +108,7 @@ def follow(overrides: list[str]) -> dict:
         if state["setup"] and mod != up and carries_cfg(frame):
             seen["modules"].add(mod)
             seen["setup_entries"] += mod == "train/setup.py"
-            if up == "train/loop.py":
+            if up in tops:
                 seen["climbs"].append(f"{mod}:{name}")
         if name == "publish" and up == "train/loop.py" and seen["push_files"] is None:
             state["push"] = {"train/loop.py", mod}
@@ -106,16 +124,25 @@ def follow(overrides: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as d:
         sys.settrace(tracer)
         try:
-            train(cfg, Path(d) / "run", run_name="follow", group="follow", config_dict={})
+            if entry == "run_arm":
+                from scalerl.launch.app import main as sweep_main
+
+                sweep_main([*DEFAULT, *overrides, f"hydra.run.dir={d}/run"])
+            else:
+                train(cfg, Path(d) / "run", run_name="follow", group="follow", config_dict={})
         finally:
             sys.settrace(None)
     return seen
 
 
 def main() -> None:
-    seen = follow(sys.argv[1:])
-    print(f"set-up follows cfg through {len(seen['modules'])} scalerl modules: {sorted(seen['modules'])}")
-    print(f"train/setup.py entered {seen['setup_entries']} time(s); climbs back up to the loop: "
+    args = sys.argv[1:]
+    entry = "train"
+    if args[:1] == ["--entry"]:
+        entry, args = args[1], args[2:]
+    seen = follow(args, entry)
+    print(f"from {entry}(): set-up follows cfg through {len(seen['modules'])} scalerl modules: {sorted(seen['modules'])}")
+    print(f"train/setup.py entered {seen['setup_entries']} time(s); climbs back up to {entry}(): "
           f"{len(seen['climbs'])} ({', '.join(seen['climbs'])})")
     files = sorted(seen["push_files"] or [])
     print(f"one publish reads {len(files)} files: {files}")

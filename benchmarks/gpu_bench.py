@@ -114,7 +114,7 @@ def main() -> None:
             # -------------------------------------------------------------- train
             rank_groups = slice(0, a.train_prompts)
             ro = rollout(list(range(a.train_prompts)), rank_groups, task, group=16, seed=0, step=1,
-                         draw_lengths=plan.recipe.draw_lengths, keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler,
+                         draw_lengths=plan.recipe.draw_lengths, trains_on=plan.recipe.trains_on, refill_rounds=0, sampler=r.sampler,
                          generator=r.generator, tok=plan.sampling.tok, max_new_tokens=a.train_tokens, temperature=1.0,
                          device=dist.device)
             adv = torch.randn(a.train_prompts, 16, generator=torch.Generator().manual_seed(0))

@@ -55,7 +55,7 @@ class Recipe:
     loss: LossFn
     aggregate: AggregateFn
     advantages: AdvNormFn
-    keep: FilterFn
+    trains_on: FilterFn
     draw_lengths: LengthFn
     heads: HeadsFn
     correct: CorrectionFn
@@ -88,7 +88,7 @@ def build_recipe(cfg) -> Recipe:
         loss=bind(cfg.loss, LOSSES),
         aggregate=bind(cfg.aggregation, AGGREGATIONS),
         advantages=bind(cfg.adv_norm, ADV_NORMS),
-        keep=bind(cfg.filter, FILTERS),
+        trains_on=bind(cfg.filter, FILTERS),
         draw_lengths=bind(cfg.length, LENGTHS),
         heads=bind(cfg.precision, PRECISIONS),
         correct=bind(cfg.correction, CORRECTIONS),

@@ -24,7 +24,7 @@ from scalerl.train.update import policy_update
 def sample(plan, r, dist, *, prompts: int, group: int, seed: int = 0):
     """One rollout from the in-process generator."""
     return rollout(list(range(prompts)), slice(0, prompts), r.task, group=group, seed=seed, step=1,
-                   draw_lengths=plan.recipe.draw_lengths, keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler,
+                   draw_lengths=plan.recipe.draw_lengths, trains_on=plan.recipe.trains_on, refill_rounds=0, sampler=r.sampler,
                    generator=r.generator, tok=plan.sampling.tok, max_new_tokens=plan.sampling.max_new_tokens, temperature=1.0,
                    device=dist.device)
 

@@ -103,7 +103,7 @@ def test_a_rank_with_no_rows_in_a_minibatch_still_trains(tiny_cfg):
                   device=torch.device("cpu"))
     rank_groups = slice(4, 8)  # rank 1's prompts of 8
     ro = rollout(list(range(8)), rank_groups, task, group=8, seed=0, step=1, draw_lengths=plan.recipe.draw_lengths,
-                 keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
+                 trains_on=plan.recipe.trains_on, refill_rounds=0, sampler=r.sampler, **gen_kw)
     keep = torch.tensor([True, True, True, False, False, False, False, True])  # rank 1 keeps only group 7
     adv = torch.randn(8, 8)
     out = policy_update(r.trainer, r.optimizer, r.params, ro, adv, keep, plan.recipe, minibatches=2, grad_clip=1.0,

@@ -295,6 +295,7 @@ def test_out_root_from_the_environment_is_checked():
     with pytest.raises(ConfigError) as e:
         check_command_line(["logger=none"], env={"SCALERL_OUTPUT": "/proc/x"})
     assert e.value.key == "out_root" and "SCALERL_OUTPUT" in e.value.fix
+    assert "from SCALERL_OUTPUT=/proc/x" in str(e.value)  # the message says where the path came from
 
 
 def test_empty_option_and_option_lists_name_their_group():

@@ -69,7 +69,7 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation, correcti
     r = build_run(plan, task, ckpt)
     gen_kw = dict(generator=r.generator, tok=plan.sampling.tok, max_new_tokens=12, temperature=1.0, device=torch.device("cpu"))
     ro = rollout(list(range(4)), slice(0, 4), task, group=4, seed=0, step=1, draw_lengths=plan.recipe.draw_lengths,
-                 keep_fn=plan.recipe.keep, refill_rounds=0, sampler=r.sampler, **gen_kw)
+                 trains_on=plan.recipe.trains_on, refill_rounds=0, sampler=r.sampler, **gen_kw)
     # The warm-started model answers in equal lengths: cut rows to ragged ones (1..5 tokens) so
     # that the bucketing has something to sort and groups split across micro-batches.
     cut = torch.arange(ro.gen.present.shape[1])[None] < (1 + torch.arange(16) * 3 % 5)[:, None]

@@ -175,30 +175,68 @@ def test_it_refuses_what_it_does_not_compute():
     assert set(OWN_MODULES) == {"llama", "qwen3_moe"}
 
 
+MOE_STEPS = 4
+MOE_ARGS = ["model=tiny_moe", "logger=none", "train.threads=1", "async=sync", "batch.prompts=8", "batch.generations=8",
+            "batch.minibatches=2", "train.eval_samples=1", f"train.steps={MOE_STEPS}", "train.eval_every=2",
+            "train.ckpt_every=2", "precision.generator_body=auto", "train.export_policy=true"]
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    """One uninterrupted 1-rank run of ``model=tiny_moe`` through the entry point."""
+    from helpers import run_cli
+
+    root = tmp_path_factory.mktemp("tiny-moe")
+    run_cli([*MOE_ARGS, f"hydra.run.dir={root / 'one'}"], root)
+    return root
+
+
 @pytest.mark.slow
-def test_two_fsdp2_ranks_reproduce_one_rank_on_tiny_moe(tmp_path):
+def test_two_fsdp2_ranks_reproduce_one_rank_on_tiny_moe(one_rank):
     """``model=tiny_moe`` on the own module through the entry point: 2 FSDP2 ranks (each layer a unit,
     its experts sharded with it) take the same samples as 1 rank, with losses and weights to rounding
     (tests/test_distributed.py says why the tolerances), and every row carries the routing metrics.
     It hung before every expert got a gradient in every backward (``qwen3_moe.Experts``): the ranks'
     tokens chose different experts, and FSDP2 reduce-scattered different sets of gradients."""
-    from helpers import read_rows, run_cli, torchrun
+    from helpers import read_rows, torchrun
     from safetensors.torch import load_file
 
-    steps = 4
-    args = ["model=tiny_moe", "logger=none", "train.threads=1", "async=sync", "batch.prompts=8", "batch.generations=8",
-            "batch.minibatches=2", "train.eval_samples=1", f"train.steps={steps}", f"train.eval_every={steps}",
-            "precision.generator_body=auto", "train.export_policy=true"]
-    run_cli([*args, f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
-    torchrun(args, tmp_path / "two")
-    sa, sb = (read_rows(tmp_path / d / "steps.jsonl") for d in ("one", "two"))
-    assert [r["step"] for r in sa] == [r["step"] for r in sb] == list(range(1, steps + 1))
+    root = one_rank
+    torchrun(MOE_ARGS, root / "two")
+    sa, sb = (read_rows(root / d / "steps.jsonl") for d in ("one", "two"))
+    assert [r["step"] for r in sa] == [r["step"] for r in sb] == list(range(1, MOE_STEPS + 1))
     for ra, rb in zip(sa, sb):
         same = ("train_reward", "response_length", "effective_batch", "truncation_rate")
         assert {k: ra[k] for k in same} == {k: rb[k] for k in same}, ra["step"]
         assert ra.get("loss") == pytest.approx(rb.get("loss"), rel=1e-4, abs=1e-6), ra["step"]   # None: nothing to train
         assert 1.0 <= ra["routing_load_l0"] <= 4.0 and 1.0 <= rb["routing_load_l0"] <= 4.0   # rank 0's tokens there
     assert sum(r["effective_batch"] > 0 for r in sa) >= 2   # it trained, on more than one step
-    wa, wb = (load_file(str(tmp_path / d / "final_policy" / "model.safetensors")) for d in ("one", "two"))
+    wa, wb = (load_file(str(root / d / "final_policy" / "model.safetensors")) for d in ("one", "two"))
     assert wa.keys() == wb.keys() and any(".experts.7." in k for k in wa)   # one tensor per expert, as published
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
+
+
+@pytest.mark.slow
+def test_a_tiny_moe_run_killed_mid_run_resumes_bit_for_bit(one_rank):
+    """SIGKILL right after step 3's row (the last checkpoint is step 2's), then the same command: the
+    rows (routing metrics included) and the final weights, every expert's, equal the uninterrupted run's."""
+    from helpers import VOLATILE, read_rows, run_cli
+    from safetensors.torch import load_file
+
+    root = one_rank
+    args = [*MOE_ARGS, f"hydra.run.dir={root / 'killed'}"]
+    killed = run_cli(args, root, extra_env={"SCALERL_FAILPOINT": "steps.appended@3"}, check=False)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert [r["step"] for r in read_rows(root / "killed" / "steps.jsonl")] == [1, 2, 3]
+    again = run_cli(args, root)
+    assert "resuming" in again.stdout + again.stderr
+
+    def stable(rows):
+        return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
+
+    for name in ("steps.jsonl", "metrics.jsonl"):
+        a, b = (read_rows(root / d / name) for d in ("one", "killed"))
+        assert stable(a) == stable(b), name
+    assert any("routing_disagree" in r for r in read_rows(root / "killed" / "steps.jsonl"))
+    wa, wb = (load_file(str(root / d / "final_policy" / "model.safetensors")) for d in ("one", "killed"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -27,7 +27,7 @@ from helpers import REPO, veth_namespaces
 from scalerl.generation import GENERATORS
 from scalerl.generation.engines.interface import Generation, SamplingParams
 from scalerl.generation.fleet.transport import Hub, Spoke, TransportError, decode, encode
-from scalerl.generation.transfer.trust import Signed
+from scalerl.generation.transfer.wire import Signed
 from scalerl.generation.transfer.buckets import TensorSpec
 from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec, wire_types
 from scalerl.precision import PRECISIONS

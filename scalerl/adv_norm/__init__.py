@@ -1,8 +1,8 @@
 """Advantage normalization (config group ``adv_norm``), arXiv 2510.13786 §3.2.
 
-``fn(rewards (P, G), keep (P,) bool, *, cfg) -> advantages (P, G)`` (the
+``fn(rewards (P, G), trained (P,) bool, *, cfg) -> advantages (P, G)`` (the
 ``AdvNormFn`` contract in ``base.py``). Every option centres rewards on the
-group mean; they differ in the scale. Rows of groups with ``keep=False``
+group mean; they differ in the scale. Rows of groups with ``trained=False``
 (dropped by the data filter) get advantage 0 and do not enter any batch
 statistic. Must not know about losses or models.
 """

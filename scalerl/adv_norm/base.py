@@ -17,12 +17,12 @@ class AdvNormConfig:
 
 
 class AdvNormFn(Protocol):
-    """(P, G) rewards and (P,) keep mask -> (P, G) advantages (0 on dropped groups)."""
+    """(P, G) rewards and (P,) trained mask -> (P, G) advantages (0 on dropped groups)."""
 
-    def __call__(self, rewards: Tensor, keep: Tensor) -> Tensor: ...
+    def __call__(self, rewards: Tensor, trained: Tensor) -> Tensor: ...
 
 
-def group_centered(rewards: Tensor, keep: Tensor) -> Tensor:
+def group_centered(rewards: Tensor, trained: Tensor) -> Tensor:
     """r - mean(group), zeroed on dropped groups. (P, G) -> (P, G)."""
     centered = rewards - rewards.mean(-1, keepdim=True)
-    return centered * keep[:, None].to(rewards.dtype)
+    return centered * trained[:, None].to(rewards.dtype)

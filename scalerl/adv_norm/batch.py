@@ -19,9 +19,9 @@ class BatchAdvNormConfig(AdvNormConfig):
         check(self.eps > 0, "adv_norm.eps", f"must be > 0, got {self.eps}")
 
 
-def batch_normalized(rewards, keep, *, cfg: BatchAdvNormConfig):
-    centered = group_centered(rewards, keep)  # (P, G)
-    kept = centered[keep]
+def batch_normalized(rewards, trained, *, cfg: BatchAdvNormConfig):
+    centered = group_centered(rewards, trained)  # (P, G)
+    kept = centered[trained]
     if kept.numel() == 0:
         return centered
     return centered / (kept.std(unbiased=False) + cfg.eps)

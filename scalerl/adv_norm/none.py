@@ -11,5 +11,5 @@ class NoAdvNormConfig(AdvNormConfig):
     pass
 
 
-def centered(rewards, keep, *, cfg: NoAdvNormConfig):
-    return group_centered(rewards, keep)
+def centered(rewards, trained, *, cfg: NoAdvNormConfig):
+    return group_centered(rewards, trained)

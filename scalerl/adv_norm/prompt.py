@@ -17,6 +17,6 @@ class PromptAdvNormConfig(AdvNormConfig):
         check(self.eps > 0, "adv_norm.eps", f"must be > 0, got {self.eps}")
 
 
-def prompt_normalized(rewards, keep, *, cfg: PromptAdvNormConfig):
-    centered = group_centered(rewards, keep)
+def prompt_normalized(rewards, trained, *, cfg: PromptAdvNormConfig):
+    centered = group_centered(rewards, trained)
     return centered / (rewards.std(-1, unbiased=False, keepdim=True) + cfg.eps)

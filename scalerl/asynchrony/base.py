@@ -97,18 +97,6 @@ class Interleaving:
         """The oldest version allowed to generate tokens for ``step``'s batch (the lag bound)."""
         return max(0, step - 1 - self.max_lag)
 
-    def ordered_through(self, version: int, steps: int) -> int:
-        """The last step whose batch may be ordered once the trainer holds ``version``: the lag bound,
-        tightened by ``lookahead``, and never past the run's ``steps``.
-
-        >>> Interleaving(max_lag=8, push_every=1, in_flight=True, generators=1, lookahead=1).ordered_through(5, 100)
-        7
-        >>> Interleaving(max_lag=2, push_every=1, in_flight=True, generators=1).ordered_through(5, 7)
-        7
-        """
-        ahead = self.max_lag if self.lookahead < 0 else min(self.lookahead, self.max_lag)
-        return min(steps, version + 1 + ahead)
-
 
 class InterleavingFn(Protocol):
     """An ``async`` option with its config bound -> the run's ``Interleaving``."""

@@ -1,6 +1,6 @@
 """Data filters (config group ``filter``), arXiv 2510.13786 §3.2.
 
-``fn(rewards (P, G), *, cfg) -> keep (P,) bool`` decides which prompt groups
+``fn(rewards (P, G), *, cfg) -> trains_on (P,) bool`` decides which prompt groups
 enter the loss (the ``FilterFn`` contract in ``base.py``). Two options also act
 on the data stream, through fields only they have: ``zero_variance_npr``
 retires prompts whose pass rate reached ``npr_threshold`` (the sampler applies

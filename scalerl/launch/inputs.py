@@ -4,8 +4,10 @@ task files (UTF-8 JSON with the configured fields), ``model=hf``'s ``config.json
 transformers reads it, and a mixture of experts on vLLM without a GPU.
 
 ``validate`` checks values and that the files exist; these checks read the files and probe
-the machine, so they run where the launch does: a sweep's ``--dry-run`` and its launch
-(``sweeping.plan_arms``), and every arm before its trainer starts (``task.run_arm``). Each
+the machine, so they run where the launch does. ``check_machine`` is every check that needs
+the machine, in one call: the inputs, the environment (CUDA, vLLM) and the resources (memory,
+threads, SLURM's task); a sweep's ``--dry-run`` and its launch (``sweeping.plan_arms``), and every
+arm before its trainer starts (``task.run_arm``), call it after ``validate``. Each
 raises a ``ConfigError`` naming the key. Results are cached per file state and settings, so a
 sweep of many arms on one task file reads it once.
 """
@@ -15,12 +17,23 @@ import dataclasses
 import os
 from pathlib import Path
 
-from scalerl.config import Config, cuda_devices
+from scalerl.config import Config, check_environment, cuda_devices
+from scalerl.config.resources import check_resources
 from scalerl.core.errors import ConfigError
 from scalerl.models.hf import HFModelConfig, check_hf_config
 from scalerl.tasks import code, math
 from scalerl.tasks.mix import MixConfig
 from scalerl.tasks.sandbox import refusal
+
+
+def check_machine(c: Config, launcher=None, *, this_machine: bool = True, world_size: int = 1) -> tuple[str, list[str]]:
+    """Every check of a validated config that needs the machine; ``this_machine``: the arms train
+    here (a SLURM sweep's arms check their own node's environment when they start). Returns
+    ``check_resources``'s summary and warnings."""
+    check_inputs(c, this_machine=this_machine)
+    if this_machine:
+        check_environment(c)
+    return check_resources(c, launcher, world_size=world_size)
 
 
 def check_inputs(c: Config, *, this_machine: bool = True) -> None:

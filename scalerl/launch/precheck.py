@@ -31,14 +31,14 @@ def check_command_line(args: list[str], env=os.environ) -> None:
           f"a study runs several arms and needs -m: python -m scalerl.sweep -m sweep={study} (or --dry-run to see them)")
     for key, variable in DIRECTORY_KEYS.items():
         if key in given:
-            path, source = _literal(given[key]), f"{key}={given[key]}"
+            path, source = _literal(given[key]), ""
         elif variable and env.get(variable):
-            path, source = _literal(env[variable]), f"{variable}={env[variable]} (the default of {key})"
+            path, source = _literal(env[variable]), f" (from {variable}={env[variable]}, the default of {key})"
         else:
             continue
         why = unwritable(path) if path else None
         if why:
-            raise ConfigError(key, f"{why}; nothing was created", f"give {key}=<a writable directory>"
+            raise ConfigError(key, f"{why}{source}; nothing was created", f"give {key}=<a writable directory>"
                               + (f" or unset {variable}" if variable and key not in given else ""))
     threads = env.get("SCALERL_NUM_THREADS", "")
     if threads:

@@ -34,11 +34,10 @@ from omegaconf import OmegaConf, open_dict, read_write
 from rich.console import Console
 from rich.table import Table
 
-from scalerl.config import ConfigError, as_config_error, check, check_environment, validate
-from scalerl.config.resources import check_resources
+from scalerl.config import ConfigError, as_config_error, check, validate
 from scalerl.core.jsonio import read_json, write_json_atomic
 from scalerl.launch import cost_plan, early_stop, rundir
-from scalerl.launch.inputs import check_inputs
+from scalerl.launch.inputs import check_machine
 from scalerl.launch.jobs import check_launcher, launcher_world_size
 from scalerl.launch.sweep_summary import sweep_wandb, write_leaderboard
 from scalerl.launch.expansion import MAX_ARMS, Progress, check_size, sweep_size
@@ -129,15 +128,14 @@ def plan_arms(overrides_list: list[list[str]], config, config_loader, *, reuse: 
         try:
             cfg = config_loader.load_sweep_config(config, list(overrides))
             obj = validate(job_config(cfg), world_size=launcher_world_size(cfg))
-            check_inputs(obj, this_machine=_trains_here(cfg))  # the sandbox (here only), task files, model=hf
-            if _trains_here(cfg):  # a SLURM sweep's arms run elsewhere: their machine is checked there
-                check_environment(obj)
+            here = _trains_here(cfg)  # a SLURM sweep's arms run elsewhere: their machine is checked there
+            if here:
                 generator_nodes = int(OmegaConf.select(cfg, "async.generator_nodes", default=0) or 0)
                 check(not generator_nodes, "async.generator_nodes", f"{generator_nodes} generator node(s) are the "
                       "last nodes of a SLURM job, and this launcher runs arms on this machine; use "
                       "hydra/launcher=slurm hydra.launcher.nodes=<trainer nodes + generator nodes>, or 0")
-            resources, warnings = check_resources(obj, OmegaConf.select(cfg, "hydra.launcher", default=None),
-                                                  world_size=launcher_world_size(cfg))
+            resources, warnings = check_machine(obj, OmegaConf.select(cfg, "hydra.launcher", default=None),
+                                                this_machine=here, world_size=launcher_world_size(cfg))
             run_dir = rundir.sweep_run_dir(cfg)
             arm = Arm(list(overrides), run_dir, _state(run_dir), wandb=_wandb_settings(cfg), arm_hash=rundir.arm_hash(cfg),
                       resources=resources, warnings=tuple(warnings), config=obj)

@@ -24,13 +24,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from scalerl.config import ConfigError, check_environment, validate
-from scalerl.config.resources import check_resources
+from scalerl.config import ConfigError, validate
 from scalerl.core.jsonio import JsonlFile, RecordError, read_json, write_json_atomic, write_text_atomic
 from scalerl.core.liveness import identity, process_alive
 from scalerl.launch import rundir
 from scalerl.launch.cost_plan import ESTIMATE_FILE, spent
-from scalerl.launch.inputs import check_inputs
+from scalerl.launch.inputs import check_machine
 from scalerl.launch.roles import run_generator_node, slurm_role
 from scalerl.models.extensions import diagnose_broken_extensions
 from scalerl.registry import async_node
@@ -121,9 +120,9 @@ def run_arm(cfg: DictConfig) -> dict:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         obj = validate(cfg)
-        check_environment(obj)  # CUDA, vLLM: before the run directory fills and the warm start runs
-        check_inputs(obj)  # the sandbox, the task files, model=hf's config.json: as a --dry-run checked them
-        _, warnings = check_resources(obj, OmegaConf.select(HydraConfig.get(), "launcher", default=None))
+        # The sandbox, the task files, model=hf's config.json, CUDA, vLLM, memory: as a --dry-run
+        # checked them, before the run directory fills and the warm start runs.
+        _, warnings = check_machine(obj, OmegaConf.select(HydraConfig.get(), "launcher", default=None))
         node = async_node(obj)
         role = slurm_role(node.generator_nodes, node.generators)  # SLURM node roles (roles.py)
     except ConfigError as e:
@@ -151,9 +150,7 @@ def run_arm(cfg: DictConfig) -> dict:
               f"(delete {run_dir / STOP_REQUEST} and {summary_path} to resume it)")
         return previous
     meta = {
-        "run_name": run_dir.name, "run_dir": str(run_dir), "config_hash": rundir.config_hash(cfg),
-        "run_identity": rundir.run_identity(cfg),
-        "arm_hash": rundir.arm_hash(cfg), "axes": rundir.axes(cfg), "seed": obj.seed, "recipe": obj.recipe,
+        "run_name": run_dir.name, "run_dir": str(run_dir), **rundir.identity(cfg), "seed": obj.seed, "recipe": obj.recipe,
         "study": obj.study, "loss_clamp": obj.loss.clamp(),
     }
     # The trainer (torch, transformers) is imported only when an arm trains: --help,

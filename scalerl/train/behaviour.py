@@ -105,7 +105,7 @@ class LaggedWeights:
         self.version: Optional[int] = None
 
     @torch.no_grad()
-    def keep(self, version: int) -> None:
+    def remember(self, version: int) -> None:
         """Remember the weights as they are now, before the update: those of ``version``."""
         if self.copy is None:
             self.copy = [p.detach().clone() for p in self.params]

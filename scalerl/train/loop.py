@@ -5,7 +5,7 @@ Per step:
              completions per prompt with per-token behaviour log-probs and policy
              versions, generated just now (sync), earlier in the phase
              (ppo_off_policy) or streamed by generator processes (pipeline_rl)
-  filter     keep mask over prompt groups (``recipe.keep``), NPR bookkeeping
+  filter     the prompt groups trained on (``recipe.trains_on``), NPR bookkeeping
   advantages group-centred, scaled by ``recipe.advantages``
   update     per-token loss (``recipe.loss``), reduced by ``recipe.aggregate``,
              an AdamW step per minibatch
@@ -144,12 +144,12 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             ro = batch.rollout
             rewards, correct = dist.all_cat(torch.stack([ro.rewards, ro.correct], 1)).unbind(1)  # (P, G) whole batch
             # -------------------------------------------- filter + advantages
-            keep = recipe.keep(rewards) & dist.all_cat(batch.fresh)  # (P,); fresh: within the lag bound
-            adv = recipe.advantages(rewards, keep)  # (P, G)
+            trained = recipe.trains_on(rewards) & dist.all_cat(batch.fresh)  # (P,); fresh: within the lag bound
+            adv = recipe.advantages(rewards, trained)  # (P, G)
             prompt_index = ro.prompt_index if dist.world == 1 else batch.prompts
             run.sampler.record(prompt_index, correct.mean(-1))  # NPR history (no-op threshold unless enabled)
             # ----------------------------------------------------------- update
-            upd = policy_update(run.trainer, run.optimizer, run.params, ro, adv, keep, recipe,
+            upd = policy_update(run.trainer, run.optimizer, run.params, ro, adv, trained, recipe,
                                 minibatches=cfg.batch.minibatches, grad_clip=cfg.train.grad_clip,
                                 temperature=cfg.train.temperature, rank_groups=rank_groups, dist=dist,
                                 micro_batch_tokens=cfg.train.micro_batch_tokens, version=step - 1, lagged=lagged)
@@ -169,7 +169,7 @@ def _train(cfg, run_dir: Path, stop: StopRequest, *, run_name: str, group: str, 
             state.advance(step, step_flops, new_tok, wall, devices)
             stats = {"train_reward": correct.mean().item(), "response_length": new_tok / n_samples,
                      "truncation_rate": n_trunc / n_samples, "interrupt_rate": n_interrupt / n_samples,
-                     "effective_batch": int(keep.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall,
+                     "effective_batch": int(trained.sum()), "tokens_per_s": new_tok / wall, "step_time_s": wall,
                      "samples_per_s": n_samples / wall, "lr": run.scheduler.get_last_lr()[0],
                      **{k: v for k, v in upd.items() if k != "train_tokens"}, **sched.stats(wall)}
             _alarms(stats, state, cfg, say, dist)

@@ -2,8 +2,8 @@
 
 Returns everything the update needs, for this rank's shard of the step's
 prompts. The only axis-specific behaviour comes from the run's recipe: the
-length limits (``recipe.draw_lengths``), the keep mask and the refill rounds
-(``recipe.keep``, ``recipe.refill_rounds``).
+length limits (``recipe.draw_lengths``), the groups trained on and the refill rounds
+(``recipe.trains_on``, ``recipe.refill_rounds``).
 """
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def encode_prompt(tok, text: str) -> list[int]:
 
 def decode_completions(tok, gen: Generation) -> list[str]:
     """Completion text up to (not including) EOS; pads and EOS removed."""
-    keep = (gen.present & (gen.tokens != tok.eos_token_id)).cpu().tolist()
-    rows = [[t for t, k in zip(row, ks) if k] for row, ks in zip(gen.tokens.cpu().tolist(), keep)]
+    is_text = (gen.present & (gen.tokens != tok.eos_token_id)).cpu().tolist()
+    rows = [[t for t, k in zip(row, ks) if k] for row, ks in zip(gen.tokens.cpu().tolist(), is_text)]
     backend = getattr(tok, "backend_tokenizer", None)  # fast path: skips per-token Python checks
     if backend is not None:
         return backend.decode_batch(rows, skip_special_tokens=False)
@@ -173,7 +173,7 @@ def encode_phrase(tok, phrase: str) -> list[int]:
     return list(_encode_phrase(tok, phrase))
 
 
-def rollout(step_prompts: list[int], rank_groups: slice, task, *, group, seed: int, step: int, draw_lengths, keep_fn,
+def rollout(step_prompts: list[int], rank_groups: slice, task, *, group, seed: int, step: int, draw_lengths, trains_on,
             refill_rounds, sampler, **gen_kw) -> Rollout:
     """One step's rollout for this rank's prompts ``step_prompts[rank_groups]``.
 
@@ -195,18 +195,18 @@ def rollout(step_prompts: list[int], rank_groups: slice, task, *, group, seed: i
                                 seeds=prompt_seeds(seed, step, r, k), limits=draw_lengths(k * group, length_rng(seed, step, r)),
                                 **gen_kw)
 
-    return refill(ro, refill_rounds, keep_fn, draw)
+    return refill(ro, refill_rounds, trains_on, draw)
 
 
-def refill(ro: Rollout, rounds: int, keep_fn, draw) -> Rollout:
-    """DAPO dynamic sampling: replace the groups the filter would drop (``keep_fn(rewards)`` false)
+def refill(ro: Rollout, rounds: int, trains_on, draw) -> Rollout:
+    """DAPO dynamic sampling: replace the groups the filter would drop (``trains_on(rewards)`` false)
     with ``draw(round, k)``'s k fresh groups, until every group has signal or ``rounds`` run out.
     Both schedules refill through this: the in-process rollout and the generator processes."""
     for r in range(1, rounds + 1):
-        keep = keep_fn(ro.rewards)
-        if bool(keep.all()):
+        trained = trains_on(ro.rewards)
+        if bool(trained.all()):
             break
-        ro = replace_groups(ro, (~keep).nonzero().flatten().tolist(), draw(r, int((~keep).sum())))
+        ro = replace_groups(ro, (~trained).nonzero().flatten().tolist(), draw(r, int((~trained).sum())))
     return ro
 
 

@@ -41,10 +41,10 @@ and the loss's own metrics, in sorted order)."""
 TOKEN_METRICS = ("entropy", "abs_dlogp", "ratio_dev")
 
 
-def minibatch_groups(keep: torch.Tensor, n_minibatches: int) -> list[list[int]]:
+def minibatch_groups(trained: torch.Tensor, n_minibatches: int) -> list[list[int]]:
     """The kept group indices split into at most ``n_minibatches`` chunks, in order, whose sizes
     differ by at most one (groups stay whole; fewer kept groups than minibatches: one each)."""
-    kept = keep.nonzero().flatten().tolist()
+    kept = trained.nonzero().flatten().tolist()
     n = min(n_minibatches, len(kept))
     if n == 0:
         return []
@@ -53,12 +53,12 @@ def minibatch_groups(keep: torch.Tensor, n_minibatches: int) -> list[list[int]]:
     return [kept[bounds[i] : bounds[i + 1]] for i in range(n)]
 
 
-def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatches: int, grad_clip: float,
+def policy_update(trainer, optimizer, params, ro, adv, trained, recipe, *, minibatches: int, grad_clip: float,
                   temperature: float, rank_groups: slice, dist, micro_batch_tokens: int = 0,
                   version: Optional[int] = None, lagged=None) -> dict:
     """Train on this rank's rollout ``ro`` (the groups ``rank_groups`` of the step's batch).
 
-    trainer: ``CompletionLogits`` (FSDP2-sharded or not); adv: (P, G) and keep: (P,) for
+    trainer: ``CompletionLogits`` (FSDP2-sharded or not); adv: (P, G) and trained: (P,) for
     the whole global batch (identical on every rank). ``version``: the trainer's version before
     this update; the mismatch metrics count the rows wholly sampled by it (staleness 0; None: every token)
     and, with ``lagged`` (``behaviour.LaggedWeights``), groups wholly sampled by the version before.
@@ -67,7 +67,7 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
     device = ro.gen.tokens.device
     adv_rows = adv[rank_groups].flatten().to(device)  # (P_local*G,)
     chunks = []
-    for chunk in minibatch_groups(keep, minibatches):
+    for chunk in minibatch_groups(trained, minibatches):
         groups = [g - rank_groups.start for g in chunk if rank_groups.start <= g < rank_groups.stop]  # this rank's share, local indices
         rows = group_rows(groups, group, device)
         chunks.append((groups, rows))
@@ -80,7 +80,7 @@ def policy_update(trainer, optimizer, params, ro, adv, keep, recipe, *, minibatc
         t0 = time.perf_counter()
         lag = lagged.logprobs(trainer, ro, version, lambda g, r: _rows_inputs(ro, adv_rows, g, r, group), temperature)
         lag_s = time.perf_counter() - t0
-        lagged.keep(version)
+        lagged.remember(version)
     done: list[dict] = []
     probe: list = []  # the first minibatch's (logp, behav, fresh): it precedes any update this step
     tail: list = []  # every forward's rare tokens' (ratio, clipped or None): the rare-token tail (losses/base.py)

@@ -138,12 +138,15 @@ def trainer_tensors(model: torch.nn.Module, dtype: torch.dtype | str | None = No
     here once handed out, and is valid until the group after the next is gathered (the pool
     copies each into a bucket at once).
     Collective when sharded: every rank must exhaust it (``push_weights``)."""
+    state = model.state_dict()
+    # Plain tensors come as they are (the module's own, detached): nothing to gather, and the pool
+    # casts them straight into its buckets, so an unsharded push copies nothing more.
+    if not any(isinstance(t, DTensor) for t in state.values()):
+        yield from state.items()
+        return
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    # Sharded tensors are cast before their gather (fewer bytes); plain ones come as they are:
-    # the pool casts them straight into its buckets, so an unsharded push copies nothing more.
-    if not any(isinstance(t, DTensor) for t in model.state_dict().values()):
-        dtype = None
+    # Sharded tensors are cast before their gather (fewer bytes).
     for group in iter_full_tensors(model, dtype, bucket_bytes):
         group.reverse()
         while group:  # hand each tensor over and forget it: the pool copies it into a bucket

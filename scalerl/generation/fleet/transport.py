@@ -63,9 +63,9 @@ import torch
 import torch.distributed as dist
 
 from scalerl.generation.fleet.heartbeats import BEAT_S, Heartbeats  # noqa: F401 (BEAT_S re-exported)
-from scalerl.generation.transfer.trust import (LOOPBACK, Signed, abort_groups, broadcast, gloo_group, handshake, hosting_store,
-                                     local_address, seconds)
-from scalerl.generation.transfer.wire import TransportError, decode, digest, encode, to_bytes_tensor  # noqa: F401 (re-exported)
+from scalerl.generation.transfer.trust import LOOPBACK, abort_groups, gloo_group, handshake, hosting_store, local_address
+from scalerl.generation.transfer.wire import (Signed, TransportError, broadcast, decode, digest, encode,  # noqa: F401 (re-exported)
+                                             seconds, to_bytes_tensor)
 
 PROBE_TAG = 1 << 30
 """Gloo tags of probe replies start here; rollout tags are their step number."""

@@ -1,7 +1,8 @@
 """How bytes cross a process boundary, for the trainer and its generators.
 
-- ``wire.py``: messages as JSON plus raw tensor bytes, never pickle;
-- ``trust.py``: the run's secret, signed store values, and gloo groups whose ends
+- ``wire.py``: messages as JSON plus raw tensor bytes, never pickle, the store values signed
+  under the run's secret, and the broadcast that carries buckets;
+- ``trust.py``: who may connect: the run's secret and address, and gloo groups whose ends
   prove the secret to each other before anything else travels;
 - ``buckets.py``: a weight push as named tensors in an agreed schema, streamed in
   flat buckets (docs/async.md);

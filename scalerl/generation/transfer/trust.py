@@ -1,5 +1,6 @@
-"""Who may speak on a run's transport: the store's values signed under the run's secret, gloo
-groups whose ends prove the secret to each other, sockets bound to the run's address only.
+"""Who may connect to a run's transport: the run's secret and address, gloo groups whose ends
+prove the secret to each other, sockets bound to the run's address only (each message's
+signature is ``wire.Signed``'s).
 
 ``fleet/transport.py`` builds the trainer <-> generator link on these; its docstring says why each
 is needed (a client that reaches the store's port, or races gloo's unsigned rendezvous keys,
@@ -7,18 +8,17 @@ must not be able to order work, announce weights or report rollouts).
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import hmac
 import os
 import secrets
 import socket
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
-from scalerl.generation.transfer.wire import TransportError
+from scalerl.generation.transfer.wire import TransportError, seconds
 
 HANDSHAKE_TAG = (1 << 30) - 1
 """The gloo tag of the connection handshake (``handshake``): below ``transport.PROBE_TAG``, above any step."""
@@ -39,43 +39,12 @@ def run_host(explicit: Optional[str] = None) -> str:
         raise TransportError(f"cannot resolve the trainer's address {name!r} (MASTER_ADDR): {e}") from None
 
 
-def seconds(s: float) -> datetime.timedelta:
-    return datetime.timedelta(seconds=s)
-
-
 def gloo_group(store, name: str, rank: int, size: int, timeout_s: float, host: str):
     """A gloo group whose sockets listen on ``host`` only (gloo's default device binds every interface)."""
     opts = dist.ProcessGroupGloo._Options()
     opts._timeout = seconds(timeout_s)
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
     return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, opts)
-
-
-class Signed:
-    """The store with every value signed (HMAC-SHA256 under the run's secret, bound to its key)."""
-
-    def __init__(self, store, secret: bytes):
-        self.raw, self._secret = store, secret
-
-    def _mac(self, key: str, value: bytes) -> bytes:
-        return hmac.new(self._secret, key.encode() + b"\0" + value, hashlib.sha256).digest()
-
-    def set(self, key: str, value: bytes) -> None:
-        self.raw.set(key, self._mac(key, value) + value)
-
-    def get(self, key: str) -> bytes:
-        data = self.raw.get(key)
-        mac, value = data[:32], data[32:]
-        if not hmac.compare_digest(mac, self._mac(key, value)):
-            raise TransportError(f"refused {key!r}: not signed with this run's secret (a client without it "
-                                 "wrote to the store's port)")
-        return value
-
-    def check(self, keys: Sequence[str]) -> bool:
-        return self.raw.check(list(keys))
-
-    def delete_key(self, key: str) -> bool:
-        return self.raw.delete_key(key)
 
 
 def handshake(group, rank: int, size: int, secret: bytes, name: str, timeout_s: float) -> None:
@@ -142,13 +111,6 @@ def hosting_store(host: str, timeout_s: float):
     # (EBADF in later, unrelated file reads of the same process: tests/test_security_transport.py).
     sock.detach()
     return store
-
-
-def broadcast(group, bufs, timeout_s: float) -> list:
-    """Start a broadcast from rank 0 of each of ``bufs`` over ``group``; returns the pending works."""
-    opts = dist.BroadcastOptions()
-    opts.rootRank, opts.timeout = 0, seconds(timeout_s)
-    return [group.broadcast([b], opts) for b in bufs]
 
 
 def abort_groups(*groups) -> None:

@@ -35,7 +35,8 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 from scalerl.generation.transfer.buckets import BUCKET_BYTES, TensorSpec, lay_out, pack_all, unpack
-from scalerl.generation.transfer.trust import LOOPBACK, abort_groups, broadcast, gloo_group, handshake, hosting_store, seconds
+from scalerl.generation.transfer.trust import LOOPBACK, abort_groups, gloo_group, handshake, hosting_store
+from scalerl.generation.transfer.wire import broadcast, seconds
 from scalerl.generation.transfer.vllm_reload import LayerwiseReload
 
 BACKEND = "scalerl_gloo"

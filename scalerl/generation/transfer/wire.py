@@ -1,21 +1,27 @@
-"""The transport's wire format: JSON plus raw tensor bytes, never pickle (docs/async.md).
+"""What crosses the transport, message by message: JSON plus raw tensor bytes, never pickle
+(docs/async.md), signed store values, and the broadcast that carries a push's buckets.
 
 ``encode`` writes plain data, CPU tensors, enums, dataclass instances and ``functools.partial``
 of module-level functions; ``decode`` rebuilds only the dataclasses, enums and functions its
 caller names and refuses everything else, so a message cannot run code in the process that
-reads it. ``fleet/transport.py`` signs and carries these bytes.
+reads it. ``Signed`` signs every store value under the run's secret (a client that reaches the
+store's port cannot forge an order or an announcement). ``fleet/transport.py`` carries these
+bytes; who may connect at all is ``trust.py``'s.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import functools
 import hashlib
+import hmac
 import json
 import struct
 from typing import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 
 
 class TransportError(RuntimeError):
@@ -128,3 +134,41 @@ def digest(bufs: Sequence[torch.Tensor]) -> str:
     for b in bufs:
         h.update(b.detach().contiguous().view(-1).view(torch.uint8).numpy())
     return h.hexdigest()
+
+
+def seconds(s: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=s)
+
+
+def broadcast(group, bufs, timeout_s: float) -> list:
+    """Start a broadcast from rank 0 of each of ``bufs`` over ``group``; returns the pending works."""
+    opts = dist.BroadcastOptions()
+    opts.rootRank, opts.timeout = 0, seconds(timeout_s)
+    return [group.broadcast([b], opts) for b in bufs]
+
+
+class Signed:
+    """The store with every value signed (HMAC-SHA256 under the run's secret, bound to its key)."""
+
+    def __init__(self, store, secret: bytes):
+        self.raw, self._secret = store, secret
+
+    def _mac(self, key: str, value: bytes) -> bytes:
+        return hmac.new(self._secret, key.encode() + b"\0" + value, hashlib.sha256).digest()
+
+    def set(self, key: str, value: bytes) -> None:
+        self.raw.set(key, self._mac(key, value) + value)
+
+    def get(self, key: str) -> bytes:
+        data = self.raw.get(key)
+        mac, value = data[:32], data[32:]
+        if not hmac.compare_digest(mac, self._mac(key, value)):
+            raise TransportError(f"refused {key!r}: not signed with this run's secret (a client without it "
+                                 "wrote to the store's port)")
+        return value
+
+    def check(self, keys: Sequence[str]) -> bool:
+        return self.raw.check(list(keys))
+
+    def delete_key(self, key: str) -> bool:
+        return self.raw.delete_key(key)

@@ -62,7 +62,7 @@ class LocalSchedule:
         r, cfg, recipe = self.r, self.cfg, self.plan.recipe
         prompts = r.sampler.next(cfg.batch.prompts)  # identical on every rank
         ro = rollout(prompts, self.plan.rank_groups, r.task, group=cfg.batch.generations, seed=cfg.seed, step=step,
-                     draw_lengths=recipe.draw_lengths, keep_fn=recipe.keep,
+                     draw_lengths=recipe.draw_lengths, trains_on=recipe.trains_on,
                      refill_rounds=recipe.refill_rounds, sampler=r.sampler, **self.gen_kw)
         self.pending[step] = (ro, prompts, r.sampler.drawn)
 

@@ -1,7 +1,7 @@
 """``PipelineSchedule``: generator processes with their own weights stream
 beside the trainer (``async.generators >= 1``; PipelineRL, arXiv 2510.13786 §3.1).
 
-The trainer keeps the orders ``lookahead + 1`` steps ahead (``Interleaving.ordered_through``:
+The trainer keeps the orders ``lookahead + 1`` steps ahead (``ordered_through``:
 at most ``max_lag + 1``): it draws each step's prompts, its length limits and its
 sampling seed, and sends them as one order split across the generators
 (contiguous prompt shards). A generator starts a step's shard only with weights
@@ -27,7 +27,7 @@ resume are fresher than they would have been.
 Several trainer ranks (torchrun, srun): rank 0 alone owns the generator pool. It
 orders, collects and scores every step's batch, then hands each rank its share,
 the groups the in-process schedule would have it generate (``scatter_batch``), so
-the loop's all-gathers, advantages and keep mask are those of the sync run. Every
+the loop's all-gathers, advantages and groups trained on are those of the sync run. Every
 rank draws the same prompts from its own sampler (the snapshots a checkpoint
 saves are the same on every rank) and joins each weight gather (collective when
 the trainer is sharded); only rank 0 sends the weights on. DAPO refills are
@@ -41,7 +41,7 @@ from dataclasses import replace
 
 import torch
 
-from scalerl.asynchrony.base import within_lag
+from scalerl.asynchrony.base import Interleaving, within_lag
 from scalerl.generation.engines import Generation, SamplingParams, cat_generations
 from scalerl.generation.fleet import GeneratorPool, Shard, WorkerSpec, job_rendezvous
 from scalerl.registry import async_node
@@ -181,7 +181,7 @@ class PipelineSchedule:
     def _dispatch(self, version: int) -> None:
         """Order every step the lag bound lets the generators start from ``version`` on."""
         r, cfg = self.r, self.cfg
-        for s in range(self.dispatched + 1, self.mode.ordered_through(version, cfg.train.steps) + 1):
+        for s in range(self.dispatched + 1, ordered_through(self.mode, version, cfg.train.steps) + 1):
             index = r.sampler.next(cfg.batch.prompts)
             self.snapshots[s] = r.sampler.state_dict()  # every rank draws: the same sampler everywhere
             if self.main:
@@ -261,7 +261,7 @@ class PipelineSchedule:
                 self.snapshots[step] = r.sampler.state_dict()
             return fresh
 
-        ro = refill(ro, self.plan.recipe.refill_rounds, self.plan.recipe.keep, draw)  # one rank only (check_ranks)
+        ro = refill(ro, self.plan.recipe.refill_rounds, self.plan.recipe.trains_on, draw)  # one rank only (check_ranks)
         fresh = within_lag(ro.gen.version, ro.gen.present, step - 1, G, max_lag=self.mode.max_lag).cpu()
         idle = []
         for j, h in enumerate(clocks):
@@ -298,6 +298,19 @@ class PipelineSchedule:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+
+
+def ordered_through(mode: Interleaving, version: int, steps: int) -> int:
+    """The last step whose batch may be ordered once the trainer holds ``version``: the lag bound,
+    tightened by ``lookahead``, and never past the run's ``steps``.
+
+    >>> ordered_through(Interleaving(max_lag=8, push_every=1, in_flight=True, generators=1, lookahead=1), 5, 100)
+    7
+    >>> ordered_through(Interleaving(max_lag=2, push_every=1, in_flight=True, generators=1), 5, 7)
+    7
+    """
+    ahead = mode.max_lag if mode.lookahead < 0 else min(mode.lookahead, mode.max_lag)
+    return min(steps, version + 1 + ahead)
 
 
 class _Generators:
