@@ -13,8 +13,8 @@ resident memory (VmHWM, reset through /proc/self/clear_refs just before the meas
 ``step``: one ``policy_update`` (CISPO, prompt aggregation, one minibatch; AdamW's state
 already allocated, as on every step after the first) on P prompts x G completions x T tokens.
 Activation memory = peak RSS of the forward and backward - 16 bytes per parameter (fp32
-weights, gradients and AdamW's two moments); the optimizer step's own peak (foreach AdamW's
-full-size temporary, 4 bytes per parameter, the same on both sides) is printed apart. The old side at the full length does not fit this 24 GB machine, so ``--old-tokens``
+weights, gradients and AdamW's two moments); the optimizer step's own peak (AdamW's temporary, one
+tensor's at a time on a CPU, the same on both sides) is printed apart. The old side at the full length does not fit this 24 GB machine, so ``--old-tokens``
 measures it at shorter lengths and the activation memory is extrapolated linearly in T (its
 attention is SDPA's, linear in T too); the printed table says which numbers are measured.
 
@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,7 +96,7 @@ if a["new"]:
     kw["micro_batch_tokens"] = a["micro"]
 params = [p for p in trainer.parameters() if p.requires_grad]
 n_params = sum(p.numel() for p in params)
-opt = torch.optim.AdamW(params, lr=1e-6, foreach=True)
+opt = torch.optim.AdamW(params, lr=1e-6, foreach=False)  # as train/setup.py on a CPU
 for p in params:  # allocate AdamW's state, as every step after the first has it
     p.grad = torch.zeros_like(p)
 opt.step()
@@ -347,6 +348,8 @@ def run_one_step(ns) -> None:
             time.sleep(0.02)
         reader.join()
         trace.close()
+        for heavy in ("checkpoints", "final_policy"):  # a 0.5B run's are 9 GB: keep the trace and the rows
+            shutil.rmtree(out / heavy, ignore_errors=True)
         if proc.returncode != 0:
             raise SystemExit(f"{side} failed ({proc.returncode}):\n{''.join(log)[-4000:]}")
         print(f"{side:4} ({path}): peak RSS of the tree {peak / 1e9:.2f} GB at {peak_t:.0f} s of {time.time() - t0:.0f} s; "

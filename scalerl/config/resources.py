@@ -1,13 +1,15 @@
 """What one arm will ask of the machine it runs on, estimated from its config alone (no torch).
 
 ``estimate`` sizes an arm's memory in the terms of docs/trainer-memory.md: fp32 weights, gradients
-and AdamW's two moments (16 bytes a parameter) plus foreach AdamW's full-size temporary (4 more),
+and AdamW's two moments (16 bytes a parameter) plus AdamW's temporary (one tensor's on a CPU, the
+embedding's at most; foreach AdamW's on CUDA is full-size, 4 bytes a parameter),
 the largest activation of a micro-batch (checkpointed layer inputs and one layer's recompute, or
 every layer's without ``model.activation_checkpointing``; the LM head's logits chunk and the tied
 embedding's dense gradient), each generator's own copy of the weights and KV cache, and each
 process's Python/torch runtime. It is a bound to refuse what cannot fit, not a profile: on the
-Qwen2-0.5B shape at 2 prompts x 4 completions x 512 tokens it says 12.4 GiB for the trainer (15 GiB with
-its generator process) where one measured update peaks at 9.7 GB (benchmarks/bench_memory.py). ``check_resources`` compares it, and the arm's threads,
+Qwen2-0.5B shape at 2 prompts x 4 completions x 512 tokens (``async=sync``) it says 13.7 GiB for the
+arm (the trainer, its engine's own copy, the runtime) where one measured step peaks at 9.83 GB
+(benchmarks/bench_memory.py). ``check_resources`` compares it, and the arm's threads,
 with the target machine (``Machine``) and raises ``ConfigError`` naming the key to change; a legal
 but costly value comes back as a warning that says its cost.
 """
@@ -101,6 +103,12 @@ def model_shape(model) -> Shape | None:
         return None
 
 
+def _on_cpu(c) -> bool:
+    from scalerl.config import cuda_devices  # the package imports this module
+
+    return c.train.device == "cpu" or (c.train.device == "auto" and cuda_devices() == 0)
+
+
 def estimate(c, shape: Shape, world_size: int = 1) -> Estimate:
     """One arm's peak memory on its trainer's device and host (bytes), see the module docstring."""
     p = shape.parameters()
@@ -122,7 +130,8 @@ def estimate(c, shape: Shape, world_size: int = 1) -> Estimate:
     in_process = node.generators == 0 and c.generation.samples_policy  # an engine over the trainer's Policy
     generators = generator if in_process else own * generator
     flops = 6.0 * p * b.prompts * b.generations * tokens
-    return Estimate(p, 4 * p, 4 * p, 12 * p, activations, generators, RUNTIME_BYTES * (1 + own), n, flops)
+    temporary = 4 * shape.vocab * h if _on_cpu(c) else 4 * p   # AdamW's step (train/setup.py)
+    return Estimate(p, 4 * p, 4 * p, 8 * p + temporary, activations, generators, RUNTIME_BYTES * (1 + own), n, flops)
 
 
 def local_machine() -> Machine:

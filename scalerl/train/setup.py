@@ -177,11 +177,12 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
         policy = Policy(model, gen_head=heads.gen, train_head=heads.train)
     params = [p for p in trainer.parameters() if p.requires_grad]
     t = cfg.train
-    # foreach: one op over all (sharded) tensors; torch's default would step them one by one on CPU. Not
-    # fused, though faster still: its rounding differs from foreach's, and 1 and 2 ranks must sample
-    # the same tokens (tests/test_distributed.py), which needs bit-identical weights.
+    # foreach on CUDA: one kernel over all (sharded) tensors. On a CPU torch's foreach is a loop of the
+    # same per-tensor ops (bit-identical results) that holds a full-size temporary, 4 bytes a parameter
+    # (2 GB at 0.5B, the step's peak: benchmarks/RESULTS.md), so a CPU steps one tensor at a time. Not
+    # fused: its rounding differs, and 1 and 2 ranks must sample the same tokens (tests/test_distributed.py).
     optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), eps=t.adam_eps, weight_decay=t.weight_decay,
-                                  foreach=True)
+                                  foreach=device.type == "cuda")
     # Constant lr after a linear warm-up (arXiv 2510.13786 §2: 100 warm-up steps, then constant).
     warm = max(t.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
