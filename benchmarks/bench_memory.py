@@ -96,7 +96,7 @@ if a["new"]:
     kw["micro_batch_tokens"] = a["micro"]
 params = [p for p in trainer.parameters() if p.requires_grad]
 n_params = sum(p.numel() for p in params)
-opt = torch.optim.AdamW(params, lr=1e-6, foreach=False)  # as train/setup.py on a CPU
+opt = torch.optim.AdamW(params, lr=1e-6, foreach=False)  # the same on both sides: activations are compared
 for p in params:  # allocate AdamW's state, as every step after the first has it
     p.grad = torch.zeros_like(p)
 opt.step()

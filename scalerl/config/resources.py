@@ -1,14 +1,14 @@
 """What one arm will ask of the machine it runs on, estimated from its config alone (no torch).
 
 ``estimate`` sizes an arm's memory in the terms of docs/trainer-memory.md: fp32 weights, gradients
-and AdamW's two moments (16 bytes a parameter) plus AdamW's temporary (one tensor's on a CPU, the
-embedding's at most; foreach AdamW's on CUDA is full-size, 4 bytes a parameter),
+and AdamW's two moments (16 bytes a parameter) plus AdamW's temporaries (two slices of 32 MiB on a
+CPU, ``train/optimizer.py``; foreach AdamW's on CUDA is full-size, 4 bytes a parameter),
 the largest activation of a micro-batch (checkpointed layer inputs and one layer's recompute, or
 every layer's without ``model.activation_checkpointing``; the LM head's logits chunk and the tied
 embedding's dense gradient), each generator's own copy of the weights and KV cache, and each
 process's Python/torch runtime. It is a bound to refuse what cannot fit, not a profile: on the
-Qwen2-0.5B shape at 2 prompts x 4 completions x 512 tokens (``async=sync``) it says 13.7 GiB for the
-arm (the trainer, its engine's own copy, the runtime) where one measured step peaks at 9.83 GB
+Qwen2-0.5B shape at 2 prompts x 4 completions x 512 tokens (``async=sync``) it says 13.3 GiB for the
+arm (the trainer, its engine's own copy, the runtime) where one measured step peaks at 9.02 GB
 (benchmarks/bench_memory.py). ``check_resources`` compares it, and the arm's threads,
 with the target machine (``Machine``) and raises ``ConfigError`` naming the key to change; a legal
 but costly value comes back as a warning that says its cost.
@@ -24,6 +24,8 @@ from scalerl.core.errors import ConfigError, check
 from scalerl.registry import async_node
 
 GiB = 1 << 30
+SLICE_BYTES = 32 << 20
+"""train/optimizer.py's: the most bytes of a tensor AdamW steps at once on a CPU (no torch here)."""
 RUNTIME_BYTES = GiB // 2
 """One process's Python, torch and transformers before any tensor (about 0.4-0.5 GiB resident)."""
 PROMPT_TOKENS = 256
@@ -130,7 +132,7 @@ def estimate(c, shape: Shape, world_size: int = 1) -> Estimate:
     in_process = node.generators == 0 and c.generation.samples_policy  # an engine over the trainer's Policy
     generators = generator if in_process else own * generator
     flops = 6.0 * p * b.prompts * b.generations * tokens
-    temporary = 4 * shape.vocab * h if _on_cpu(c) else 4 * p   # AdamW's step (train/setup.py)
+    temporary = 2 * min(SLICE_BYTES, 4 * shape.vocab * h) if _on_cpu(c) else 4 * p   # AdamW's step (train/optimizer.py)
     return Estimate(p, 4 * p, 4 * p, 8 * p + temporary, activations, generators, RUNTIME_BYTES * (1 + own), n, flops)
 
 

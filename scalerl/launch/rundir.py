@@ -213,7 +213,7 @@ def axes(cfg) -> dict:
     return {a: str(OmegaConf.select(cfg, f"{a}.name")) for a in run_axes()}
 
 
-def identity(cfg: DictConfig) -> dict:
+def summary_fields(cfg: DictConfig) -> dict:
     """What a run's summary says it is: its config hash (a finished run is reused by it), its
     identity (its checkpoints', the horizon left out), its arm (what its seeds share) and its axes."""
     return {"config_hash": config_hash(cfg), "run_identity": run_identity(cfg), "arm_hash": arm_hash(cfg),

@@ -150,7 +150,7 @@ def run_arm(cfg: DictConfig) -> dict:
               f"(delete {run_dir / STOP_REQUEST} and {summary_path} to resume it)")
         return previous
     meta = {
-        "run_name": run_dir.name, "run_dir": str(run_dir), **rundir.identity(cfg), "seed": obj.seed, "recipe": obj.recipe,
+        "run_name": run_dir.name, "run_dir": str(run_dir), **rundir.summary_fields(cfg), "seed": obj.seed, "recipe": obj.recipe,
         "study": obj.study, "loss_clamp": obj.loss.clamp(),
     }
     # The trainer (torch, transformers) is imported only when an arm trains: --help,

@@ -28,6 +28,7 @@ from scalerl.train.compute import flop_params
 from scalerl.train.distributed import init_distributed, launched_world
 from scalerl.train.heldout import pin_heldout
 from scalerl.train.progress import announce
+from scalerl.train.optimizer import build_adamw
 from scalerl.train.prompt_stream import PromptSampler
 from scalerl.train.run_plan import RunPlan, plan_run, resolve
 from scalerl.train.schedules import schedule_class
@@ -177,12 +178,8 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
         policy = Policy(model, gen_head=heads.gen, train_head=heads.train)
     params = [p for p in trainer.parameters() if p.requires_grad]
     t = cfg.train
-    # foreach on CUDA: one kernel over all (sharded) tensors. On a CPU torch's foreach is a loop of the
-    # same per-tensor ops (bit-identical results) that holds a full-size temporary, 4 bytes a parameter
-    # (2 GB at 0.5B, the step's peak: benchmarks/RESULTS.md), so a CPU steps one tensor at a time. Not
-    # fused: its rounding differs, and 1 and 2 ranks must sample the same tokens (tests/test_distributed.py).
-    optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas), eps=t.adam_eps, weight_decay=t.weight_decay,
-                                  foreach=device.type == "cuda")
+    # torch's foreach AdamW on CUDA; on a CPU the same ops a slice at a time (train/optimizer.py says why)
+    optimizer = build_adamw(params, device, lr=t.lr, betas=t.betas, eps=t.adam_eps, weight_decay=t.weight_decay)
     # Constant lr after a linear warm-up (arXiv 2510.13786 §2: 100 warm-up steps, then constant).
     warm = max(t.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)

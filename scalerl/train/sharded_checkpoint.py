@@ -31,7 +31,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from scalerl.core.jsonio import write_json_atomic
-from scalerl.train.checkpoint import CheckpointsRefused, ckpt_dir, list_checkpoints, load_plain
+from scalerl.train.checkpoint import CheckpointsRefused, ckpt_dir, is_finite, list_checkpoints, load_plain
 from scalerl.train.sharding import is_sharded
 
 EXTRA = "extra.json"
@@ -66,7 +66,7 @@ def save_sharded(run_dir: Path, step: int, model, optimizer, extra: dict, dist) 
     import torch.distributed.checkpoint as dcp
 
     local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
-    finite = dist.all_sum(torch.tensor([float(all(bool(torch.isfinite(t).all()) for t in local))]))
+    finite = dist.all_sum(torch.tensor([float(all(is_finite(t) for t in local))]))
     if finite.item() < dist.world:
         raise FloatingPointError("refusing to checkpoint non-finite parameters")
     d = ckpt_dir(run_dir)
