@@ -321,10 +321,11 @@ def test_ppo_off_policy_k1_is_sync_and_k3_trains_three_steps_per_phase(tiny_cfg,
     assert rows(tmp_path / "k1") == rows(tmp_path / "sync")
     events = []
     import scalerl.train.schedules.local as schedule
+    from scalerl.train.optimizer import SlicedAdamW   # the trainer's AdamW on a CPU
 
-    real_rollout, real_step = schedule.rollout, torch.optim.AdamW.step
+    real_rollout, real_step = schedule.rollout, SlicedAdamW.step
     monkeypatch.setattr(schedule, "rollout", lambda *a, **k: events.append("gen") or real_rollout(*a, **k))
-    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: events.append("opt") or real_step(self, *a, **k))
+    monkeypatch.setattr(SlicedAdamW, "step", lambda self, *a, **k: events.append("opt") or real_step(self, *a, **k))
     run(tiny_cfg(*short, "async=ppo_off_policy", "async.k=3"), tmp_path / "k3")
     assert "".join("g" if e == "gen" else "o" for e in events) == "gggooo" * 2  # one version, three steps
     assert [s["staleness_max"] for s in rows(tmp_path / "k3")] == [0, 1, 2, 0, 1, 2]
