@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Protocol
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from scalerl.generation.fleet import GeneratorPool
 from scalerl.generation.transfer import BUCKET_BYTES
-from scalerl.train.sharding import copy_weights, full_state_dict, iter_full_tensors
+from scalerl.train.sharding import copy_weights, full_state_dict, is_sharded, iter_full_tensors
 
 
 class RoadEnd(Protocol):
@@ -138,11 +137,10 @@ def trainer_tensors(model: torch.nn.Module, dtype: torch.dtype | str | None = No
     here once handed out, and is valid until the group after the next is gathered (the pool
     copies each into a bucket at once).
     Collective when sharded: every rank must exhaust it (``push_weights``)."""
-    state = model.state_dict()
     # Plain tensors come as they are (the module's own, detached): nothing to gather, and the pool
     # casts them straight into its buckets, so an unsharded push copies nothing more.
-    if not any(isinstance(t, DTensor) for t in state.values()):
-        yield from state.items()
+    if not is_sharded(model):
+        yield from model.state_dict().items()
         return
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
