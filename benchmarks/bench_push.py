@@ -134,7 +134,7 @@ for i in range(a["pushes"]):
         reset_peak(p)
     dist.barrier()
     t0 = time.perf_counter()
-    held = push_weights(pool, i + 1, model, "bfloat16")
+    held = push_weights(pool, i + 1, model, "bfloat16", sharded=world > 1)
     if pool is not None:
         pool.settle()
     wall = time.perf_counter() - t0

@@ -204,7 +204,7 @@ def test_a_streamed_push_gives_two_generators_the_trainers_weights(tiny_cfg, mon
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(0.01 * torch.randn_like(p))
-            pool.push(version, trainer_tensors(model, torch.float32, bucket) if as_pairs else model.state_dict())
+            pool.push(version, trainer_tensors(model, torch.float32, bucket, sharded=False) if as_pairs else model.state_dict())
             ref = model.state_dict()
             for got in echo(pool, version):
                 assert set(got) == set(ref)
@@ -247,7 +247,7 @@ if rank == 0:
     GeneratorPool.worker = WORKER
     pool = GeneratorPool(echo_spec(sys.argv[1], 1, "bfloat16"), 1, model.state_dict(), bucket_bytes=bucket)
     pool.start()
-push_weights(pool, 1, model, "bfloat16")  # every rank: rank 0 sends, rank 1 joins the gathers
+push_weights(pool, 1, model, "bfloat16", sharded=True)  # every rank: rank 0 sends, rank 1 joins the gathers
 if rank == 0:
     (got,) = echo(pool, 1)
     out["echo_bf16"] = set(got) == set(ref) and all(got[k].dtype == torch.bfloat16 and torch.equal(got[k], ref[k].to(torch.bfloat16)) for k in ref)

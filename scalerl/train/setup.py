@@ -233,4 +233,4 @@ def remote_end(plan: RunPlan, r: Run) -> Remote:
     gen_threads = mode.generator_threads or max(1, plan.threads // (1 + mode.generators))
     torch.set_num_threads(max(1, plan.threads - mode.generators * gen_threads))
     dtype = generators_dtype(plan)
-    return Remote(generator_pool(plan, r, gen_threads=gen_threads, dtype=dtype), r.model, dtype)
+    return Remote(generator_pool(plan, r, gen_threads=gen_threads, dtype=dtype), r.model, dtype, plan.sharded)

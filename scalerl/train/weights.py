@@ -30,7 +30,7 @@ import torch
 
 from scalerl.generation.fleet import GeneratorPool
 from scalerl.generation.transfer import BUCKET_BYTES
-from scalerl.train.sharding import copy_weights, full_state_dict, is_sharded, iter_full_tensors
+from scalerl.train.sharding import copy_weights, full_state_dict, iter_full_tensors
 
 
 class RoadEnd(Protocol):
@@ -95,9 +95,11 @@ class Remote:
     pool: Optional[GeneratorPool]
     model: torch.nn.Module
     dtype: str
+    sharded: bool
+    """The plan's (``RunPlan.sharded``): whether the trainer's tensors must be gathered."""
 
     def publish(self, version: int) -> float:
-        return push_weights(self.pool, version, self.model, self.dtype)
+        return push_weights(self.pool, version, self.model, self.dtype, sharded=self.sharded)
 
 
 @dataclass
@@ -131,15 +133,15 @@ def trainer_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def trainer_tensors(model: torch.nn.Module, dtype: torch.dtype | str | None = None,
-                    bucket_bytes: int = BUCKET_BYTES) -> Iterator[tuple[str, torch.Tensor]]:
+                    bucket_bytes: int = BUCKET_BYTES, *, sharded: bool) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` in state-dict order, full, gathered a group of at most ``bucket_bytes`` at
     a time (sharded ones cast to ``dtype``, the generator's, before the gather); a pair is dropped
     here once handed out, and is valid until the group after the next is gathered (the pool
     copies each into a bucket at once).
-    Collective when sharded: every rank must exhaust it (``push_weights``)."""
+    Collective when ``sharded`` (the plan's: FSDP2 shards): every rank must exhaust it (``push_weights``)."""
     # Plain tensors come as they are (the module's own, detached): nothing to gather, and the pool
     # casts them straight into its buckets, so an unsharded push copies nothing more.
-    if not is_sharded(model):
+    if not sharded:
         yield from model.state_dict().items()
         return
     if isinstance(dtype, str):
@@ -151,13 +153,14 @@ def trainer_tensors(model: torch.nn.Module, dtype: torch.dtype | str | None = No
             yield group.pop()
 
 
-def push_weights(pool: GeneratorPool | None, version: int, model: torch.nn.Module, dtype: torch.dtype | str) -> float:
+def push_weights(pool: GeneratorPool | None, version: int, model: torch.nn.Module, dtype: torch.dtype | str,
+                 *, sharded: bool) -> float:
     """Push the trainer's weights as ``version`` to generator processes: every trainer rank calls
     this after its optimizer step; the rank with the pool (rank 0) sends, the others pass
     ``pool=None`` and only join the gathers. Returns the seconds this rank was held up."""
     if pool is not None:
-        return pool.push(version, trainer_tensors(model, dtype))
+        return pool.push(version, trainer_tensors(model, dtype, sharded=sharded))
     t = time.perf_counter()
-    for _ in trainer_tensors(model, dtype):
+    for _ in trainer_tensors(model, dtype, sharded=sharded):
         pass
     return time.perf_counter() - t
