@@ -129,7 +129,8 @@ def test_weight_buckets_round_trip_across_dtypes_and_splits():
 def test_a_broken_connection_names_the_generator_whose_exit_shows_a_moment_later():
     # A SIGKILLed generator's sockets close before its exit can be collected: the trainer's
     # receive fails first. The error must still name the death, not a bare connection error.
-    from scalerl.generation.fleet.transport import Hub, encode
+    from scalerl.generation.fleet.pool import Hub
+    from scalerl.generation.transfer.wire import encode
 
     class ClosedGroup:
         def recv(self, *a):

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, _ip, read_rows, veth_namespaces
 
-from scalerl.generation.fleet.transport import BEAT_S, Hub, Spoke, TransportError
+from scalerl.generation.fleet.pool import Hub
+from scalerl.generation.fleet.transport import BEAT_S, Spoke, TransportError
 
 LINE = re.compile(r"SCALERL_TRANSPORT_SECRET=\$\(cat (\S+)\) python -m scalerl.generation.worker (\S+) J")
 

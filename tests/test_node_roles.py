@@ -6,7 +6,7 @@ import json
 import pytest
 
 from scalerl.config import ConfigError
-from scalerl.generation.fleet.pool import job_rendezvous
+from scalerl.generation.transfer.trust import job_rendezvous
 from scalerl.launch.roles import Role, run_generator_node, slurm_role
 from scalerl.train.distributed import trainer_tasks
 

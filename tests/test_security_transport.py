@@ -26,7 +26,8 @@ from helpers import REPO, veth_namespaces
 
 from scalerl.generation import GENERATORS
 from scalerl.generation.engines.interface import Generation, SamplingParams
-from scalerl.generation.fleet.transport import Hub, Spoke, TransportError, decode, encode
+from scalerl.generation.fleet.pool import Hub
+from scalerl.generation.fleet.transport import Spoke, TransportError, decode, encode
 from scalerl.generation.transfer.wire import Signed
 from scalerl.generation.transfer.buckets import TensorSpec
 from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec, wire_types
@@ -155,7 +156,8 @@ def test_gloo_connections_are_used_only_after_both_ends_prove_the_secret():
 # ------------------------------------------------------------- two network namespaces
 HUB = r"""
 import json, socket, sys, torch
-from scalerl.generation.fleet.transport import Hub, TransportError
+from scalerl.generation.fleet.pool import Hub
+from scalerl.generation.fleet.transport import TransportError
 hub = Hub(1, timeout_s=60, host=sys.argv[1])
 port = int(hub.address.rsplit(":", 1)[1])
 print(json.dumps({"address": hub.address, "secret": hub.secret.hex()}), flush=True)

@@ -2,7 +2,8 @@
 weights, collect rollouts, stop them.
 
 Each generator is a plain ``python -m scalerl.generation.worker`` process that
-connects back to the trainer's ``Hub`` (``transport.py``) at the run's address.
+connects back to the trainer's ``Hub`` (below: the trainer's end of the link that
+``transport.py`` describes, whose other end is its ``Spoke``) at the run's address.
 The pool starts generator j itself, as a child that dies with the trainer, or,
 for the last ``external`` of them (``async.external_generators``), waits for an
 operator to start it on another node with the address and its index alone
@@ -14,13 +15,14 @@ sampling settings, replies are ``Generation`` shards with the generator's clock.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
 
@@ -28,8 +30,11 @@ from scalerl.core.errors import check
 from scalerl.core.jsonio import write_json_atomic
 from scalerl.generation.engines import GENERATORS
 from scalerl.generation.engines.interface import Generation
-from scalerl.generation.fleet.transport import PROBE_TAG, Hub
-from scalerl.generation.transfer.trust import SECRET_ENV, run_host
+from scalerl.generation.fleet.heartbeats import Heartbeats
+from scalerl.generation.fleet.transport import PROBE_TAG, DeadlineError, poll_until
+from scalerl.generation.transfer.trust import (LOOPBACK, SECRET_ENV, abort_groups, gloo_group, handshake, hosting_store,
+                                               run_host, secret_folder, write_secret)
+from scalerl.generation.transfer.wire import Signed, TransportError, broadcast, decode, digest, encode, seconds
 from scalerl.generation.transfer.buckets import BUCKET_BYTES, in_order, lay_out, pack, packed_bytes, weight_schema
 from scalerl.generation.transfer.vllm_nccl import NcclPlane
 from scalerl.generation.fleet.generator_loop import Shard, WorkerSpec
@@ -61,36 +66,123 @@ def _death_signal():
     return arm
 
 
-def secret_folder(secret_dir: str | Path | None = None) -> Path:
-    return Path(secret_dir or Path.home() / ".scalerl" / "secrets")
-
-
-def job_rendezvous(secret_dir: str | Path | None = None, env: Mapping[str, str] = os.environ) -> Path | None:
-    """Where the trainer of a SLURM job tells the job's generator nodes how to join (its address
-    and the secret file's path): keyed by the job and its restart count, so a requeued job's
-    generators never read the address of the attempt before. None outside SLURM."""
-    job = env.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    return secret_folder(secret_dir) / f"job-{job}.{env.get('SLURM_RESTART_COUNT', '0')}.json"
-
-
-def write_secret(hub: Hub, folder: Path) -> Path:
-    """The run's secret in a file only this user can read (a 0700 folder, a 0600 file), for an
-    operator starting generators elsewhere: a log line or argv would be world-readable. In the
-    home folder by default, which a cluster's nodes usually share."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(folder, 0o700)
-    path = folder / f"generators-{hub.host.replace(':', '_')}-{hub.store.port}.hex"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(hub.secret.hex())
-    return path
-
-
 def spawn_child(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
     """Start a generator process that dies with this one, whatever the moment."""
     return subprocess.Popen(list(argv), env=dict(env), preexec_fn=_death_signal())
+
+
+class Hub(Heartbeats):
+    """The trainer's end: hosts the store, sends control messages and weights, receives rollouts."""
+
+    def __init__(self, n_generators: int, timeout_s: float, host: str = LOOPBACK, rollout_types: Sequence[type] = ()):
+        self.n, self.timeout_s, self.host = n_generators, timeout_s, host
+        self.secret = secrets.token_bytes(32)
+        """The run's secret: give it to generators through ``SECRET_ENV``, never argv."""
+        self.rollout_types = tuple(rollout_types)
+        """The dataclasses a rollout or probe reply may hold (``decode``)."""
+        self.store = hosting_store(host, timeout_s)
+        self.signed = Signed(self.store, self.secret)
+        self.seq = 0  # control messages sent
+        self.forgotten = 0  # control messages every generator has read, deleted from the store
+        self.alive: Callable[[int], Optional[str]] = lambda j: None
+        """Set by the process owner: a description of generator j's death, or None while it lives."""
+        self._rollouts = self._weights = None
+        self._beats: dict[int, tuple[int, float, dict]] = {}
+        """Generator j's last heartbeat: (its counter, this clock when it last moved, the beat)."""
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.store.port}"
+
+    # ---------------------------------------------------------------- start-up
+    def put_spec(self, j: int, spec) -> None:
+        self.signed.set(f"spec/{j}", encode(spec))
+
+    def connect(self) -> None:
+        """Wait until every generator has loaded its model, then join the two process groups."""
+        keys = [f"ready/{j}" for j in range(self.n)]
+        self.wait(lambda: self.store.check(keys), "start-up: waiting for the generator processes to load their models")
+        for k in keys:
+            self.signed.get(k)  # a ready mark planted by a client without the secret is refused here
+        # Every generator is up and joining: the groups' own rendezvous is now quick.
+        self._rollouts = gloo_group(self.store, "rollouts", 0, self.n + 1, self.timeout_s, self.host)
+        self._weights = gloo_group(self.store, "weights", 0, self.n + 1, self.timeout_s, self.host)
+        for name, group in (("rollouts", self._rollouts), ("weights", self._weights)):
+            try:
+                handshake(group, 0, self.n + 1, self.secret, name, self.timeout_s)
+            except RuntimeError as e:
+                self.explain(f"start-up: the {name} group's handshake")
+                raise TransportError(f"start-up: the {name} group's handshake failed: {e}") from None
+
+    # ------------------------------------------------------------ control flow
+    def send(self, kind: str, payload=None) -> None:
+        """Append one message to the control stream every generator reads in order."""
+        self.signed.set(f"ctl/{self.seq}", encode([kind, payload]))
+        self.seq += 1
+        if self.seq % 64 == 0:
+            self._forget_read_messages()
+
+    def _forget_read_messages(self) -> None:
+        """Delete the messages every generator has read (a long run would otherwise keep every order)."""
+        acks = [self.signed.get(f"ack/{j}") if self.store.check([f"ack/{j}"]) else b"0" for j in range(self.n)]
+        upto = min(int(a) for a in acks)
+        for k in range(self.forgotten, upto):
+            self.store.delete_key(f"ctl/{k}")
+        self.forgotten = max(upto, self.forgotten)
+
+    def wait(self, ready: Callable[[], bool], stage: str) -> float:
+        try:
+            return poll_until(ready, timeout_s=self.timeout_s, stage=stage, health=self.health)
+        except DeadlineError as e:  # say what each generator was last heard doing, and when
+            raise DeadlineError(f"{e}; {self.heard()}") from None
+
+    def has(self, keys: Sequence[str]) -> bool:
+        """Whether every key is there, signed by a peer with the secret (a planted one raises)."""
+        if not self.store.check(list(keys)):
+            return False
+        for k in keys:
+            self.signed.get(k)
+        return True
+
+    def state(self, j: int) -> str:
+        return self.signed.get(f"state/{j}").decode() if self.store.check([f"state/{j}"]) else "not started"
+
+    # ------------------------------------------------------------------- bulk
+    def recv(self, j: int, key: str, tag: int, stage: str):
+        """Wait for generator j's ``key`` header, then receive its payload and check it against the header."""
+        self.wait(lambda: self.store.check([key]), f"{stage} (generator {j} is {self.state(j)!r})")
+        header = decode(self.signed.get(key))
+        buf = torch.empty(header["nbytes"], dtype=torch.uint8)
+        try:
+            self._rollouts.recv([buf], j + 1, tag).wait(seconds(self.timeout_s))
+        except RuntimeError as e:
+            self.explain(stage)
+            raise TransportError(f"{stage}: receiving from generator {j} failed: {e}") from None
+        self.store.delete_key(key)
+        if digest([buf]) != header.get("digest"):
+            raise TransportError(f"{stage}: refused generator {j}'s payload: it does not match its signed header")
+        return header, decode(buf.numpy().tobytes(), self.rollout_types)
+
+    def start_broadcast(self, bufs: Sequence[torch.Tensor]) -> list:
+        """Start sending ``bufs`` to every generator; returns the pending works (see ``finish``).
+        Call it only after the push was announced on the control stream: a generator enters the
+        broadcast when it reads the announcement (at its next decode step), so the trainer's
+        ``finish`` waits at most that long, never for a generator that does not know."""
+        return broadcast(self._weights, bufs, self.timeout_s)
+
+    def finish(self, works: Sequence, stage: str) -> None:
+        """Wait for started works, failing with the stage's name."""
+        try:
+            for w in works:
+                w.wait(seconds(self.timeout_s))
+        except RuntimeError as e:
+            self.explain(stage)
+            raise TransportError(f"{stage}: {e}") from None
+
+    def close(self) -> None:
+        abort_groups(self._rollouts, self._weights)
+        self._rollouts = self._weights = None  # the store (and its listening fd) goes with the hub
 
 
 class GeneratorPool:
@@ -144,7 +236,7 @@ class GeneratorPool:
         for j in range(self.n):
             self.hub.put_spec(j, replace(self.spec, rank=j, device=self.devices[j]))
         if self.local < self.n:
-            self.secret_file = write_secret(self.hub, secret_folder(self.secret_dir))
+            self.secret_file = write_secret(self.hub.secret, self.hub.host, self.hub.store.port, secret_folder(self.secret_dir))
             if self.rendezvous is not None:
                 write_json_atomic(self.rendezvous, {"address": self.hub.address, "secret_file": str(self.secret_file),
                                                     "generators": list(range(self.local, self.n))})

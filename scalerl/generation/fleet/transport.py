@@ -1,4 +1,6 @@
-"""The trainer <-> generator link, on torch.distributed.
+"""The trainer <-> generator link, on torch.distributed: its design, the waits both ends share,
+and the generator's end (``Spoke``). The trainer's end (``Hub``) lives in ``pool.py`` with the pool
+that owns it: an order, a push or a collect is then the pool's decision and the hub's work in one file.
 
 Why this transport:
 - A ``TCPStore`` (torch.distributed's key-value server) carries everything small:
@@ -52,7 +54,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -62,8 +63,8 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from scalerl.generation.fleet.heartbeats import BEAT_S, Heartbeats  # noqa: F401 (BEAT_S re-exported)
-from scalerl.generation.transfer.trust import LOOPBACK, abort_groups, gloo_group, handshake, hosting_store, local_address
+from scalerl.generation.fleet.heartbeats import BEAT_S
+from scalerl.generation.transfer.trust import abort_groups, gloo_group, handshake, local_address
 from scalerl.generation.transfer.wire import (Signed, TransportError, broadcast, decode, digest, encode,  # noqa: F401 (re-exported)
                                              seconds, to_bytes_tensor)
 
@@ -91,120 +92,6 @@ def poll_until(ready: Callable[[], bool], *, timeout_s: float, stage: str, healt
         time.sleep(delay)
         delay = min(delay * 2, 0.005)
     return time.monotonic() - t0
-
-
-class Hub(Heartbeats):
-    """The trainer's end: hosts the store, sends control messages and weights, receives rollouts."""
-
-    def __init__(self, n_generators: int, timeout_s: float, host: str = LOOPBACK, rollout_types: Sequence[type] = ()):
-        self.n, self.timeout_s, self.host = n_generators, timeout_s, host
-        self.secret = secrets.token_bytes(32)
-        """The run's secret: give it to generators through ``SECRET_ENV``, never argv."""
-        self.rollout_types = tuple(rollout_types)
-        """The dataclasses a rollout or probe reply may hold (``decode``)."""
-        self.store = hosting_store(host, timeout_s)
-        self.signed = Signed(self.store, self.secret)
-        self.seq = 0  # control messages sent
-        self.forgotten = 0  # control messages every generator has read, deleted from the store
-        self.alive: Callable[[int], Optional[str]] = lambda j: None
-        """Set by the process owner: a description of generator j's death, or None while it lives."""
-        self._rollouts = self._weights = None
-        self._beats: dict[int, tuple[int, float, dict]] = {}
-        """Generator j's last heartbeat: (its counter, this clock when it last moved, the beat)."""
-
-    @property
-    def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.store.port}"
-
-    # ---------------------------------------------------------------- start-up
-    def put_spec(self, j: int, spec) -> None:
-        self.signed.set(f"spec/{j}", encode(spec))
-
-    def connect(self) -> None:
-        """Wait until every generator has loaded its model, then join the two process groups."""
-        keys = [f"ready/{j}" for j in range(self.n)]
-        self.wait(lambda: self.store.check(keys), "start-up: waiting for the generator processes to load their models")
-        for k in keys:
-            self.signed.get(k)  # a ready mark planted by a client without the secret is refused here
-        # Every generator is up and joining: the groups' own rendezvous is now quick.
-        self._rollouts = gloo_group(self.store, "rollouts", 0, self.n + 1, self.timeout_s, self.host)
-        self._weights = gloo_group(self.store, "weights", 0, self.n + 1, self.timeout_s, self.host)
-        for name, group in (("rollouts", self._rollouts), ("weights", self._weights)):
-            try:
-                handshake(group, 0, self.n + 1, self.secret, name, self.timeout_s)
-            except RuntimeError as e:
-                self.explain(f"start-up: the {name} group's handshake")
-                raise TransportError(f"start-up: the {name} group's handshake failed: {e}") from None
-
-    # ------------------------------------------------------------ control flow
-    def send(self, kind: str, payload=None) -> None:
-        """Append one message to the control stream every generator reads in order."""
-        self.signed.set(f"ctl/{self.seq}", encode([kind, payload]))
-        self.seq += 1
-        if self.seq % 64 == 0:
-            self._forget_read_messages()
-
-    def _forget_read_messages(self) -> None:
-        """Delete the messages every generator has read (a long run would otherwise keep every order)."""
-        acks = [self.signed.get(f"ack/{j}") if self.store.check([f"ack/{j}"]) else b"0" for j in range(self.n)]
-        upto = min(int(a) for a in acks)
-        for k in range(self.forgotten, upto):
-            self.store.delete_key(f"ctl/{k}")
-        self.forgotten = max(upto, self.forgotten)
-
-    def wait(self, ready: Callable[[], bool], stage: str) -> float:
-        try:
-            return poll_until(ready, timeout_s=self.timeout_s, stage=stage, health=self.health)
-        except DeadlineError as e:  # say what each generator was last heard doing, and when
-            raise DeadlineError(f"{e}; {self.heard()}") from None
-
-    def has(self, keys: Sequence[str]) -> bool:
-        """Whether every key is there, signed by a peer with the secret (a planted one raises)."""
-        if not self.store.check(list(keys)):
-            return False
-        for k in keys:
-            self.signed.get(k)
-        return True
-
-    def state(self, j: int) -> str:
-        return self.signed.get(f"state/{j}").decode() if self.store.check([f"state/{j}"]) else "not started"
-
-    # ------------------------------------------------------------------- bulk
-    def recv(self, j: int, key: str, tag: int, stage: str):
-        """Wait for generator j's ``key`` header, then receive its payload and check it against the header."""
-        self.wait(lambda: self.store.check([key]), f"{stage} (generator {j} is {self.state(j)!r})")
-        header = decode(self.signed.get(key))
-        buf = torch.empty(header["nbytes"], dtype=torch.uint8)
-        try:
-            self._rollouts.recv([buf], j + 1, tag).wait(seconds(self.timeout_s))
-        except RuntimeError as e:
-            self.explain(stage)
-            raise TransportError(f"{stage}: receiving from generator {j} failed: {e}") from None
-        self.store.delete_key(key)
-        if digest([buf]) != header.get("digest"):
-            raise TransportError(f"{stage}: refused generator {j}'s payload: it does not match its signed header")
-        return header, decode(buf.numpy().tobytes(), self.rollout_types)
-
-    def start_broadcast(self, bufs: Sequence[torch.Tensor]) -> list:
-        """Start sending ``bufs`` to every generator; returns the pending works (see ``finish``).
-        Call it only after the push was announced on the control stream: a generator enters the
-        broadcast when it reads the announcement (at its next decode step), so the trainer's
-        ``finish`` waits at most that long, never for a generator that does not know."""
-        return broadcast(self._weights, bufs, self.timeout_s)
-
-    def finish(self, works: Sequence, stage: str) -> None:
-        """Wait for started works, failing with the stage's name."""
-        try:
-            for w in works:
-                w.wait(seconds(self.timeout_s))
-        except RuntimeError as e:
-            self.explain(stage)
-            raise TransportError(f"{stage}: {e}") from None
-
-    def close(self) -> None:
-        abort_groups(self._rollouts, self._weights)
-        self._rollouts = self._weights = None  # the store (and its listening fd) goes with the hub
 
 
 class Spoke:

@@ -1,8 +1,10 @@
 """Who may connect to a run's transport: the run's secret and address, gloo groups whose ends
 prove the secret to each other, sockets bound to the run's address only (each message's
-signature is ``wire.Signed``'s).
+signature is ``wire.Signed``'s), and the files that hand an operator's generator on another node
+the secret (``write_secret``) and a SLURM job's generator nodes the address (``job_rendezvous``).
 
-``fleet/transport.py`` builds the trainer <-> generator link on these; its docstring says why each
+``fleet/pool.py`` (the trainer's end, ``Hub``) and ``fleet/transport.py`` (the generator's end,
+``Spoke``) build the trainer <-> generator link on these; transport.py's docstring says why each
 is needed (a client that reaches the store's port, or races gloo's unsigned rendezvous keys,
 must not be able to order work, announce weights or report rollouts).
 """
@@ -13,7 +15,8 @@ import hmac
 import os
 import secrets
 import socket
-from typing import Optional
+from pathlib import Path
+from typing import Mapping, Optional
 
 import torch
 import torch.distributed as dist
@@ -129,3 +132,30 @@ def local_address(host: str, port: int) -> str:
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect((host, port))
         return s.getsockname()[0]
+
+
+def secret_folder(secret_dir: str | Path | None = None) -> Path:
+    return Path(secret_dir or Path.home() / ".scalerl" / "secrets")
+
+
+def job_rendezvous(secret_dir: str | Path | None = None, env: Mapping[str, str] = os.environ) -> Path | None:
+    """Where the trainer of a SLURM job tells the job's generator nodes how to join (its address
+    and the secret file's path): keyed by the job and its restart count, so a requeued job's
+    generators never read the address of the attempt before. None outside SLURM."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return secret_folder(secret_dir) / f"job-{job}.{env.get('SLURM_RESTART_COUNT', '0')}.json"
+
+
+def write_secret(secret: bytes, host: str, port: int, folder: Path) -> Path:
+    """The run's secret in a file only this user can read (a 0700 folder, a 0600 file), for an
+    operator starting generators elsewhere: a log line or argv would be world-readable. In the
+    home folder by default, which a cluster's nodes usually share."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    path = folder / f"generators-{host.replace(':', '_')}-{port}.hex"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret.hex())
+    return path
