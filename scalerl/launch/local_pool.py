@@ -10,7 +10,7 @@ but is packed onto cores by ``threads_per_arm`` alone: its sides wait on each ot
 Ctrl-C reaches every arm, which checkpoints and stops; relaunch to resume.
 
 Arms are forked from one server process per sweep (multiprocessing's forkserver) that has imported
-torch, transformers and the trainer once (``ARM_PRELOAD``): a spawned arm spent about 3.6 s of CPU
+torch and the trainer once (``ARM_PRELOAD``): a spawned arm spent about 3.6 s of CPU
 on those imports before its first step, once per arm and per relaunch. The server forks each arm
 before any torch thread exists, ignores Ctrl-C itself, and exits once the sweep and its arms are gone.
 
@@ -56,10 +56,11 @@ from scalerl.launch.rundir import sweep_run_dir
 from scalerl.registry import async_node
 from scalerl.train.signals import exit_code, signal_of
 
-# What the forkserver imports once per sweep: the trainer, and what every arm imports later anyway, in
-# its build: the tokenizer's class (transformers is imported on first use, models/load.py) and
-# torch._dynamo (torch's optimizers import it when the first one is built).
-ARM_PRELOAD = ["scalerl.launch.app", "scalerl.train.loop", "transformers.tokenization_utils_tokenizers", "torch._dynamo"]
+# What the forkserver imports once per sweep: the trainer. Not transformers nor torch._dynamo (about
+# 2 CPU-s): an embedded arm imports neither (its tokenizer is read without transformers,
+# models/tokenizer.py; its CPU optimizer skips torch's dynamo guard, train/optimizer.py), and a
+# model=hf arm imports them on first use, seconds in a run of hours.
+ARM_PRELOAD = ["scalerl.launch.app", "scalerl.train.loop"]
 SWEEP_POLL_S = 1.0
 STOP_WAIT_S = 120.0  # after Ctrl-C, how long the arms get to checkpoint before they are terminated
 EXIT_WAIT_S = 60.0   # how long an arm's process may linger after it sent its result

@@ -12,6 +12,7 @@ import torch
 
 from scalerl.models import llama, qwen3_moe
 from scalerl.models.extensions import diagnose_broken_extensions
+from scalerl.models.tokenizer import PlainTokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -85,8 +86,11 @@ PLAIN_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 """``tokenizer_class`` values that name transformers' tokenizers-backed class itself (one class in transformers 5)."""
 
 
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """The checkpoint's tokenizer (tasks render prompts with its chat template)."""
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase | PlainTokenizer:
+    """The checkpoint's tokenizer (tasks render prompts with its chat template). A plain one without a
+    chat template (the embedded models') is read without transformers (``PlainTokenizer``)."""
+    if PlainTokenizer.serves(path):
+        return PlainTokenizer(path)
     transformers, path = transformers_quiet(), Path(path)
     try:
         kind = json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class")

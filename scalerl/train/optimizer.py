@@ -12,10 +12,19 @@ rounds differently, and 1 and 2 ranks must sample the same tokens (tests/test_di
 from __future__ import annotations
 
 import torch
-from torch.distributed.tensor import DTensor
+
+from scalerl.train.sharding import is_dtensor
 
 SLICE_BYTES = 32 << 20
 """The most bytes of one tensor stepped at once on a CPU (its two temporaries are this size)."""
+
+
+def _undecorated(name: str):
+    """torch's own ``Optimizer.<name>`` without its ``torch._disable_dynamo`` wrapper, whose first call
+    imports torch._dynamo (about 1.1 CPU-s in every trainer process) only to keep a compiler out of a
+    method that scalerl never compiles."""
+    method = getattr(torch.optim.Optimizer, name)
+    return getattr(method, "__wrapped__", method)
 
 
 def build_adamw(params: list, device: torch.device, *, lr: float, betas, eps: float, weight_decay: float
@@ -30,6 +39,11 @@ class SlicedAdamW(torch.optim.AdamW):
     """torch's AdamW (decoupled weight decay, no amsgrad), each plain tensor stepped at most
     ``slice_bytes`` at a time. Its state and ``state_dict`` are torch's, so a checkpoint moves
     between the two. A sharded tensor (FSDP2's ``DTensor``, already a rank's share) is stepped whole."""
+
+    add_param_group = _undecorated("add_param_group")
+    zero_grad = _undecorated("zero_grad")
+    state_dict = _undecorated("state_dict")
+    load_state_dict = _undecorated("load_state_dict")
 
     def __init__(self, params, *, slice_bytes: int = SLICE_BYTES, **kw):
         super().__init__(params, foreach=False, **kw)
@@ -64,7 +78,7 @@ class SlicedAdamW(torch.optim.AdamW):
     def _slices(self, *tensors):
         """Matching flat slices of ``tensors`` (same shape), or the tensors whole."""
         first = tensors[0]
-        if isinstance(first, DTensor) or not all(t.is_contiguous() for t in tensors):
+        if is_dtensor(first) or not all(t.is_contiguous() for t in tensors):
             yield tensors
             return
         flat = [t.view(-1) for t in tensors]

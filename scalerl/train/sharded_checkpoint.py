@@ -28,11 +28,10 @@ import shutil
 from pathlib import Path
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from scalerl.core.jsonio import write_json_atomic
 from scalerl.train.checkpoint import CheckpointsRefused, ckpt_dir, is_finite, list_checkpoints, load_plain
-from scalerl.train.sharding import is_sharded
+from scalerl.train.sharding import is_dtensor, is_sharded
 
 EXTRA = "extra.json"
 
@@ -65,7 +64,7 @@ def save_sharded(run_dir: Path, step: int, model, optimizer, extra: dict, dist) 
     """Collective: every rank writes its shards; rank 0 the extra state and the rename (pruning: ``prune``)."""
     import torch.distributed.checkpoint as dcp
 
-    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    local = [p.to_local() if is_dtensor(p) else p for p in model.parameters()]
     finite = dist.all_sum(torch.tensor([float(all(is_finite(t) for t in local))]))
     if finite.item() < dist.world:
         raise FloatingPointError("refusing to checkpoint non-finite parameters")

@@ -18,19 +18,30 @@ time (a weight push: no rank ever holds the whole model for it).
 """
 from __future__ import annotations
 
-from typing import Iterator
+import sys
+from typing import TYPE_CHECKING, Iterator
 
 import torch
-from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 
 def needs_sharding(world: int, compute_dtype: torch.dtype) -> bool:
     return world > 1 or compute_dtype != torch.float32
 
 
+def is_dtensor(t) -> bool:
+    """Whether ``t`` is an FSDP2 shard (a ``DTensor``), asked without importing
+    torch.distributed.tensor (0.6 CPU-s a process, sympy among it), which an unsharded run never
+    needs: no DTensor can exist before that module is imported."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
+
+
 def is_sharded(model: torch.nn.Module) -> bool:
     """``model``'s parameters are FSDP2 shards (the plan was ``sharded`` when it was built)."""
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    return any(is_dtensor(p) for p in model.parameters())
 
 
 def shard_trainer(trainer: torch.nn.Module, mesh, *, compute_dtype: torch.dtype, head_dtype: torch.dtype,
@@ -61,7 +72,7 @@ def clip_grad_norm(params: list, max_norm: float) -> torch.Tensor:
     """Clip the global gradient norm (sharded or not) to ``max_norm``; returns the norm before clipping."""
     grads = [p.grad for p in params if p.grad is not None]
     total = torch.nn.utils.get_total_norm(grads, 2.0)
-    if isinstance(total, DTensor):  # partial norms of the shards -> the global norm
+    if is_dtensor(total):  # partial norms of the shards -> the global norm
         total = total.full_tensor()
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total
@@ -80,7 +91,7 @@ def full_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) ->
     full = _gather_row_shards({k: t for k, t in sd.items() if _row_sharded(t)})
     out = {}
     for name, t in sd.items():
-        t = full[name] if name in full else (t.full_tensor() if isinstance(t, DTensor) else t).detach()
+        t = full[name] if name in full else (t.full_tensor() if is_dtensor(t) else t).detach()
         out[name] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
     return out
 
@@ -159,7 +170,7 @@ def _full_tensor(t: torch.Tensor, dtype: torch.dtype, scratch: _Scratch) -> torc
     """One tensor of a state dict, full and in ``dtype`` (collective when it is a DTensor)."""
     import torch.distributed as dist
 
-    if not isinstance(t, DTensor):
+    if not is_dtensor(t):
         return t.detach().to(dtype)
     if not _row_sharded(t):
         return t.full_tensor().to(dtype)
@@ -192,9 +203,11 @@ def _full_tensor(t: torch.Tensor, dtype: torch.dtype, scratch: _Scratch) -> torc
 
 
 def _row_sharded(t) -> bool:
+    if not is_dtensor(t):
+        return False
     from torch.distributed.tensor import Shard
 
-    return isinstance(t, DTensor) and t.device_mesh.ndim == 1 and tuple(t.placements) == (Shard(0),)
+    return t.device_mesh.ndim == 1 and tuple(t.placements) == (Shard(0),)
 
 
 def _gather_row_shards(tensors: dict[str, DTensor]) -> dict[str, torch.Tensor]:
