@@ -12,7 +12,7 @@ import torch
 
 from scalerl.models import llama, qwen3_moe
 from scalerl.models.extensions import diagnose_broken_extensions
-from scalerl.models.tokenizer import PlainTokenizer
+from scalerl.models.tokenizer import PLAIN_TOKENIZERS, PlainTokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -80,10 +80,6 @@ def load_model(
     if model.dtype != dtype:  # transformers < 4.56 names the argument torch_dtype and ignores dtype
         model = model.to(dtype)
     return model.to(device)
-
-
-PLAIN_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
-"""``tokenizer_class`` values that name transformers' tokenizers-backed class itself (one class in transformers 5)."""
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase | PlainTokenizer:

@@ -1,8 +1,9 @@
-"""A character-level tokenizer in Hugging Face format, built offline.
+"""The embedded models' tokenizer: built offline, in Hugging Face format, and read back.
 
-Every printable ASCII character is one token, so any task text (digits, the
-length-interruption phrase of arXiv 2510.13786 §3.2, ``</think>``) tokenizes without
-unknowns, and decoding is exact concatenation.
+A character-level tokenizer: every printable ASCII character is one token, so any task text
+(digits, the length-interruption phrase of arXiv 2510.13786 §3.2, ``</think>``) tokenizes without
+unknowns, and decoding is exact concatenation. ``build_char_tokenizer`` makes it (with transformers,
+once per cache); ``PlainTokenizer`` reads it, or any plain tokenizer, back without transformers.
 """
 from __future__ import annotations
 
@@ -38,12 +39,16 @@ def build_char_tokenizer():
     return tok
 
 
+PLAIN_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+"""``tokenizer_class`` values that name transformers' tokenizers-backed class itself (one class in transformers 5)."""
+
+
 class PlainTokenizer:
     """A checkpoint's plain tokenizer (``tokenizer.json``, no chat template: the embedded models'),
     read by the ``tokenizers`` library alone. It answers the calls scalerl makes as transformers'
     tokenizers-backed class does (``tests/test_tokenizer.py`` holds the two equal on the embedded
     tokenizers): encoding, decoding, the special tokens and the vocabulary. transformers would cost
-    every process that loads it about 0.85 CPU-s of imports (docs/testing.md); ``load_tokenizer``
+    every process that loads it about 0.85 CPU-s of imports (benchmarks/RESULTS.md); ``load_tokenizer``
     picks this class only where it computes the same (``PlainTokenizer.serves``)."""
 
     FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -74,7 +79,7 @@ class PlainTokenizer:
             config = json.loads((path / "tokenizer_config.json").read_text())
         except (OSError, ValueError):
             return False
-        return (config.get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast")
+        return (config.get("tokenizer_class") in PLAIN_TOKENIZERS
                 and (path / "tokenizer.json").is_file() and not config.get("chat_template")
                 and not config.get("added_tokens_decoder") and not config.get("extra_special_tokens")
                 and not any(path.glob("chat_template*")))
