@@ -12,7 +12,7 @@ task of the arm's one job runs this same entry point and takes its role from the
 - on each of the last ``generator_nodes`` nodes, the first task runs one generator, the last ones of
   ``async.generators`` in node order, and any other task there has nothing to do and returns.
 
-A generator task waits for its trainer's rendezvous file (``pool.job_rendezvous``: the hub's
+A generator task waits for its trainer's rendezvous file (``trust.job_rendezvous``: the hub's
 address and the path of the run's secret file, in the user's 0700 secrets folder, keyed by the job
 and its restart count) and then runs the ordinary generator process with the address alone, exactly
 as an operator would (docs/async.md). It stops when the trainer stops it, or when the trainer's store

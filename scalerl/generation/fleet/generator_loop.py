@@ -2,7 +2,7 @@
 
     python -m scalerl.generation.worker HOST:PORT RANK [TIMEOUT_S]
 
-(the run's secret in ``$SCALERL_TRANSPORT_SECRET``) connects to a trainer's hub (``transport.Hub``), fetches its ``WorkerSpec``,
+(the run's secret in ``$SCALERL_TRANSPORT_SECRET``) connects to a trainer's hub (``pool.Hub``), fetches its ``WorkerSpec``,
 builds the run's generation engine (the ``generation`` option, through the
 ``GENERATORS`` registry: the torch engine over its own copy of the checkpoint,
 or a vLLM engine) in the generator's own dtype with the precision axis's
