@@ -26,6 +26,7 @@ import torch
 from scalerl.core.errors import CheckpointsRefused  # noqa: F401 (raised by sharded_checkpoint, caught by the entry point)
 from scalerl.core.errors import ConfigError
 from scalerl.core.jsonio import os_reason
+from scalerl.train.sharding import is_dtensor
 
 ATOMS = (bool, int, float, str, type(None))
 
@@ -80,7 +81,7 @@ def is_finite(t: torch.Tensor) -> bool:
 def check_finite(model: torch.nn.Module, dist=None) -> None:
     """Raise if any parameter is non-finite. With ``dist``, a collective: every rank looks
     at its own shards and all raise together, so none is left waiting in the next collective."""
-    bad = [n for n, p in model.named_parameters() if not is_finite(p.to_local() if hasattr(p, "to_local") else p)]
+    bad = [n for n, p in model.named_parameters() if not is_finite(p.to_local() if is_dtensor(p) else p)]
     n_bad = len(bad) if dist is None else int(dist.all_sum(torch.tensor([float(len(bad))])).item())
     if n_bad:
         raise FloatingPointError(f"refusing to checkpoint non-finite parameters: {bad[:3] or 'on another rank'}")

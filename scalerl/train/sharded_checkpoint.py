@@ -27,11 +27,9 @@ import re
 import shutil
 from pathlib import Path
 
-import torch
-
 from scalerl.core.jsonio import write_json_atomic
-from scalerl.train.checkpoint import CheckpointsRefused, ckpt_dir, is_finite, list_checkpoints, load_plain
-from scalerl.train.sharding import is_dtensor, is_sharded
+from scalerl.train.checkpoint import CheckpointsRefused, check_finite, ckpt_dir, list_checkpoints, load_plain
+from scalerl.train.sharding import is_sharded
 
 EXTRA = "extra.json"
 
@@ -64,10 +62,7 @@ def save_sharded(run_dir: Path, step: int, model, optimizer, extra: dict, dist) 
     """Collective: every rank writes its shards; rank 0 the extra state and the rename (pruning: ``prune``)."""
     import torch.distributed.checkpoint as dcp
 
-    local = [p.to_local() if is_dtensor(p) else p for p in model.parameters()]
-    finite = dist.all_sum(torch.tensor([float(all(is_finite(t) for t in local))]))
-    if finite.item() < dist.world:
-        raise FloatingPointError("refusing to checkpoint non-finite parameters")
+    check_finite(model, dist)  # collective: every rank its own shards
     d = ckpt_dir(run_dir)
     path, tmp = d / f"step_{step:08d}", d / f".step_{step:08d}.tmp"
     if dist.main:
