@@ -45,11 +45,12 @@ OVERRIDES = ["logger=none", "loss=cispo", "aggregation=token", "adv_norm=prompt"
              "precision=fp32", "batch.prompts=16", "batch.generations=16", "batch.minibatches=1", "train.eval_every=1000"]
 
 
-def scalerl_step_times(steps: int, threads: int, mode: str = "sync", split: str | None = None) -> list[float]:
-    extra = []
+def scalerl_step_times(steps: int, threads: int, mode: str = "sync", split: str | None = None,
+                       overrides: tuple[str, ...] = ()) -> list[float]:
+    extra = list(overrides)
     if mode == "pipeline_rl":  # threads: TRAINER+GENERATOR (default: the rest + 1)
         trainer, gen = map(int, (split or f"{max(1, threads - 1)}+1").split("+"))
-        extra, threads = [f"async.generator_threads={gen}"], trainer + gen
+        extra, threads = [*extra, f"async.generator_threads={gen}"], trainer + gen
     cfg = validate(compose([*OVERRIDES, f"async={mode}", *extra, f"train.steps={steps}", f"train.threads={threads}"]))
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d), run_name="bench", group="bench", config_dict={})
@@ -102,6 +103,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--async", dest="mode", default="sync", choices=["sync", "pipeline_rl"])
     ap.add_argument("--split", default=None, help="pipeline_rl threads as TRAINER+GENERATOR (default: the rest+1)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="a config override for scalerl's side (repeatable), e.g. train.length_buckets=1")
     ap.add_argument("--trl-attn", default=None, help="attn_implementation for TRL's model (default: transformers')")
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="completion budget of both sides (default: the default config's length.max_new_tokens)")
@@ -114,7 +117,7 @@ def main() -> None:
     skip = 0 if a.mode == "sync" else 2  # the pipeline's first steps wait for its generator to start streaming
 
     def ours() -> list[float]:
-        return scalerl_step_times(a.steps + 1 + skip, a.threads, a.mode, a.split)[skip:]
+        return scalerl_step_times(a.steps + 1 + skip, a.threads, a.mode, a.split, tuple(a.overrides))[skip:]
 
     def theirs() -> list[float]:
         return trl_step_times(a.steps + 1, a.threads, model_path, task, a.trl_attn, a.max_new_tokens,

@@ -93,6 +93,11 @@ class TrainConfig:
     wholly sampled by the weights before the trainer's last update, whose log-probs the trainer
     recomputes with a kept copy of those weights (one forward without gradient; one rank only;
     0 = off, docs/mismatch.md). Under PipelineRL nearly every batch is of that version."""
+    length_buckets: int = 4
+    """Parts of a forward's rows, each padded only to its own longest completion (longest rows
+    first, cut where a cut saves the most padded positions): the same log-probs, a third less work
+    at the embedded model's shape (benchmarks/RESULTS.md). 1 = one grid padded to the longest row.
+    A sharded trainer (FSDP2, every rank must run as many layer forwards) and an MoE use 1."""
     head_chunk: int = 0
     """Positions per LM-head chunk for the trainer's log-probs (the (N, T, V) logits are never
     held at once); 0 = auto, 256 MiB of fp32 logits per chunk (docs/trainer-memory.md)."""
@@ -119,6 +124,7 @@ class TrainConfig:
         check(self.gpus >= 0, "train.gpus", f"must be >= 0 (0 = one per rank), got {self.gpus}")
         check(self.micro_batch_tokens >= 0, "train.micro_batch_tokens", f"must be >= 0 (0 = off), got {self.micro_batch_tokens}")
         check(self.mismatch_groups >= 0, "train.mismatch_groups", f"must be >= 0 (0 = off), got {self.mismatch_groups}")
+        check(self.length_buckets >= 1, "train.length_buckets", f"must be >= 1 (1 = off), got {self.length_buckets}")
         check(self.head_chunk >= 0, "train.head_chunk", f"must be >= 0 (0 = auto), got {self.head_chunk}")
 
 

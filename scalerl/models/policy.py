@@ -11,6 +11,7 @@ import inspect
 from contextlib import nullcontext
 
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from scalerl.models.head_stats import NOT_LINEAR, LinearHeadStats, linear_head_dtype
@@ -34,6 +35,32 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the next-token distribution. logits (N, T, V) -> (N, T)."""
     logp = torch.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+def length_buckets(lengths: list[int], buckets: int) -> list[list[int]]:
+    """Row positions in at most ``buckets`` parts, longest rows first, each padded only to its own
+    longest row: the trainer's forward pads a part, not the whole minibatch, to its longest
+    completion. Each cut splits the part where one cut saves the most padded positions (the best
+    cut point of a part sorted by length), until ``buckets`` parts or no cut saves any.
+
+    >>> length_buckets([5, 46, 28, 46, 37, 28], 3)
+    [[1, 3, 4], [2, 5], [0]]
+    >>> length_buckets([7, 7, 7], 4)
+    [[0, 1, 2]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    parts = [order] if order else []
+
+    def best_cut(part: list[int]) -> tuple[int, int]:  # (positions saved, cut index)
+        top = lengths[part[0]]
+        return max(((len(part) - k) * (top - lengths[part[k]]), k) for k in range(1, len(part))) if len(part) > 1 else (0, 0)
+
+    while len(parts) < buckets:
+        saved, at, i = max((*best_cut(part), i) for i, part in enumerate(parts)) if parts else (0, 0, 0)
+        if saved <= 0:
+            break
+        parts[i : i + 1] = [parts[i][:at], parts[i][at:]]
+    return parts
 
 
 HEAD_CHUNK_BYTES = 256 * 2**20
@@ -195,12 +222,15 @@ class CompletionLogits(torch.nn.Module):
     divides them by the sampling temperature.
     """
 
-    def __init__(self, model: torch.nn.Module, head: HeadFn, head_chunk: int = 0):
+    def __init__(self, model: torch.nn.Module, head: HeadFn, head_chunk: int = 0, length_buckets: int = 1):
         super().__init__()
         self.model = model
         self.head = head
         self.head_chunk = head_chunk
         """Positions per LM-head chunk when log-probs are asked for (``train.head_chunk``; 0: auto)."""
+        self.length_buckets = length_buckets
+        """Parts of the rows, each padded to its own longest, in a dense model's log-prob forward
+        (``train.length_buckets``; 1: one grid padded to the longest row)."""
         self._cache_kw = _cache_kw(model.get_decoder())
         self.routers = RouterHooks.of(model)
         """An MoE's router hooks; None: a dense model."""
@@ -232,13 +262,38 @@ class CompletionLogits(torch.nn.Module):
         body, kw = self.model.get_decoder(), self._cache_kw
         routers = self.routers
         replay = experts if routers is not None and self.route is not None else None
-        prompt_cache, prefix_cache = self._caches
+        prompt_cache = self._caches[0]
         with (routers.replaying(None if replay is None else right_align(replay[0], prompt_ids.shape[1]), self.route)
               if routers is not None else nullcontext()):
             h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask),
                                        cache=prompt_cache())
         routed_prompt = routers.take(tuple(prompt_ids.shape)) if routers is not None else None
-        cache = prefix_cache.of(cache)
+        lengths = token_mask.sum(1).tolist() if self.length_buckets > 1 and routers is None and temperature is not None else []
+        parts = length_buckets(lengths, self.length_buckets)
+        if len(parts) > 1:  # each part padded to its own longest row: the same values, fewer padded positions
+            prompt_of = group if isinstance(group, torch.Tensor) else \
+                torch.arange(prompt_ids.shape[0], device=tokens.device).repeat_interleave(group)
+            width = tokens.shape[1]
+            out = []
+            for part in parts:
+                idx, w = torch.as_tensor(part, device=tokens.device), max(lengths[part[0]], 1)
+                lp, ent = self._completions(h_prompt, cache, prompt_mask, tokens[idx, :w], token_mask[idx, :w],
+                                            prompt_of[idx], temperature, head_chunk)
+                out.append((F.pad(lp, (0, width - w)), F.pad(ent, (0, width - w))))  # zero past each row's end
+            back = torch.argsort(torch.as_tensor([i for part in parts for i in part], device=tokens.device))
+            return torch.cat([lp for lp, _ in out])[back], torch.cat([ent for _, ent in out])[back]
+        with (routers.replaying(None if replay is None else replay_columns(replay[1], max(tokens.shape[1] - 1, 1)), self.route)
+              if routers is not None else nullcontext()):
+            out = self._completions(h_prompt, cache, prompt_mask, tokens, token_mask, group, temperature, head_chunk)
+        if routers is not None:
+            self.routed = (routed_prompt, routers.take((tokens.shape[0], max(tokens.shape[1] - 1, 1))))
+        return out
+
+    def _completions(self, h_prompt, prompt_kv, prompt_mask, tokens, token_mask, group, temperature, head_chunk):
+        """The completion pass over the prompts' keys/values ``prompt_kv`` and the head: what
+        ``forward`` returns, for these rows (``group`` as there)."""
+        body, kw = self.model.get_decoder(), self._cache_kw
+        cache = self._caches[1].of(prompt_kv)
         if isinstance(group, torch.Tensor):  # (N,) prompt index per row
             cache.batch_select_indices(group)
             pmask = prompt_mask[group]
@@ -253,11 +308,7 @@ class CompletionLogits(torch.nn.Module):
         fed = max(tokens.shape[1] - 1, 1)
         mask = torch.cat([pmask, token_mask[:, :fed]], dim=1)  # (N, W+fed)
         pos = positions_from_mask(mask)[:, pmask.shape[1] :]
-        with (routers.replaying(None if replay is None else replay_columns(replay[1], fed), self.route)
-              if routers is not None else nullcontext()):
-            h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
-        if routers is not None:
-            self.routed = (routed_prompt, routers.take((tokens.shape[0], fed)))
+        h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
         # The last prompt position predicts token 0. Taken after the completion pass, as always: the
         # order the graph is built in fixes the order gradients are summed in, so the float rounding.
         if isinstance(group, torch.Tensor):

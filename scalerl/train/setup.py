@@ -156,7 +156,9 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
     n_params = flop_params(model)
     if cfg.model.activation_checkpointing:  # before fully_shard: the composable checkpoint composes with it
         checkpoint_layers(model)
-    trainer = CompletionLogits(model, heads.train, head_chunk=cfg.train.head_chunk)
+    # Length buckets change how many layer forwards a rank runs: one grid under FSDP2 (every rank must run as many).
+    trainer = CompletionLogits(model, heads.train, head_chunk=cfg.train.head_chunk,
+                               length_buckets=1 if sharded else cfg.train.length_buckets)
     trainer.route = recipe.route  # routing=replay: the generator's experts (models/routing.py)
     if sharded:
         head = torch.float32 if heads.train_dtype == torch.float32 else body
