@@ -267,3 +267,24 @@ def test_a_warm_start_on_a_task_without_answers_fails_before_the_run(task_files)
     validate(compose(["task=code", f"task.path={task_files['code']}", "model.warmstart.enabled=false"]))
     # A mix imitates the entries that have answers (math here): no error.
     validate(compose(["task=mix", f"task.tasks.math.path={task_files['math']}", f"task.tasks.code.path={task_files['code']}"]))
+
+
+def test_the_schemas_are_stored_again_only_when_a_registry_changed(monkeypatch):
+    """``compose`` stores the option schemas once per state of the registries: a replaced option's
+    schema is what the next composition validates against; an unchanged registry stores nothing."""
+    from hydra.core.config_store import ConfigStore
+
+    from scalerl.losses import LOSSES
+
+    compose(["loss=dapo"])
+    stores = []
+    real_store = ConfigStore.store
+    monkeypatch.setattr(ConfigStore, "store", lambda self, *a, **k: stores.append(k.get("name")) or real_store(self, *a, **k))
+    assert "extra" not in compose(["loss=dapo"]).loss and stores == []
+
+    real = LOSSES["dapo"]
+    mine = dataclasses.make_dataclass("MineDapo", [("extra", int, 7)], bases=(real.schema,))
+    monkeypatch.setitem(LOSSES, "dapo", type(real)(mine, real.fn))
+    assert compose(["loss=dapo"]).loss.extra == 7 and "dapo" in stores
+    monkeypatch.undo()
+    assert "extra" not in compose(["loss=dapo"]).loss
