@@ -95,8 +95,8 @@ class TrainConfig:
     0 = off, docs/mismatch.md). Under PipelineRL nearly every batch is of that version."""
     length_buckets: int = 4
     """Parts of a forward's rows, each padded only to its own longest completion (longest rows
-    first, cut where a cut saves the most padded positions): the same log-probs, a third less work
-    at the embedded model's shape (benchmarks/RESULTS.md). 1 = one grid padded to the longest row.
+    first, cut where a cut saves the most padded positions): the same log-probs, 0.59x the forward
+    and backward's time on the step benchmark's batch (benchmarks/RESULTS.md). 1 = one grid padded to the longest row.
     A sharded trainer (FSDP2, every rank must run as many layer forwards) and an MoE use 1."""
     head_chunk: int = 0
     """Positions per LM-head chunk for the trainer's log-probs (the (N, T, V) logits are never
