@@ -282,11 +282,12 @@ class CompletionLogits(torch.nn.Module):
                 out.append((F.pad(lp, (0, width - w)), F.pad(ent, (0, width - w))))  # zero past each row's end
             back = torch.argsort(torch.as_tensor([i for part in parts for i in part], device=tokens.device))
             return torch.cat([lp for lp, _ in out])[back], torch.cat([ent for _, ent in out])[back]
-        with (routers.replaying(None if replay is None else replay_columns(replay[1], max(tokens.shape[1] - 1, 1)), self.route)
+        fed = max(tokens.shape[1] - 1, 1)  # the completion pass's positions (``_completions``)
+        with (routers.replaying(None if replay is None else replay_columns(replay[1], fed), self.route)
               if routers is not None else nullcontext()):
             out = self._completions(h_prompt, cache, prompt_mask, tokens, token_mask, group, temperature, head_chunk)
         if routers is not None:
-            self.routed = (routed_prompt, routers.take((tokens.shape[0], max(tokens.shape[1] - 1, 1))))
+            self.routed = (routed_prompt, routers.take((tokens.shape[0], fed)))
         return out
 
     def _completions(self, h_prompt, prompt_kv, prompt_mask, tokens, token_mask, group, temperature, head_chunk):
