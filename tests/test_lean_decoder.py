@@ -47,9 +47,10 @@ def _both_ways(model, repeat=3, steps=5):
     c_hf.batch_repeat_interleave(repeat)
     mask, pos = mask.repeat_interleave(repeat, 0), pos[:, -1:].repeat_interleave(repeat, 0)
     g = torch.Generator().manual_seed(2)
+    drops = {2: torch.tensor([0, 2, 3, 7, 8, 11, 14]), 4: torch.tensor([1, 2, 5])}
     for t in range(steps):
-        if t == 2:  # finished rows leave the batch
-            keep = torch.tensor([0, 2, 3, 7, 8, 11, 14])
+        if t in drops:  # finished rows leave the batch (twice: the second from the trimmed buffers)
+            keep = drops[t]
             c_lean.batch_select_indices(keep)
             c_hf.batch_select_indices(keep)
             mask, pos = mask[keep], pos[keep]

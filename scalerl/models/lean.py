@@ -73,13 +73,25 @@ class LeanCache:
             self.length = end
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    # Both batch operations copy only the positions filled so far: the buffers' capacity is the whole
+    # decode budget, so copying all of it made the sampler's cache moves a quarter of a held-out
+    # eval (1,024 rows; benchmarks/RESULTS.md).
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self.keys = [t.repeat_interleave(repeats, 0) for t in self.keys]
-        self.values = [t.repeat_interleave(repeats, 0) for t in self.values]
+        n = self.length
+        for bufs in (self.keys, self.values):
+            for i, t in enumerate(bufs):
+                b, h, cap, d = t.shape
+                out = t.new_empty(b * repeats, h, cap, d)
+                out.view(b, repeats, h, cap, d)[:, :, :, :n] = t[:, None, :, :n]
+                bufs[i] = out
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.keys = [t.index_select(0, indices) for t in self.keys]
-        self.values = [t.index_select(0, indices) for t in self.values]
+        """Keep rows ``indices`` (ascending), moved to the front of the same buffers."""
+        n, k = self.length, len(indices)
+        for bufs in (self.keys, self.values):
+            for i, t in enumerate(bufs):
+                t[:k, :, :n] = t[indices, :, :n]  # the gather is a copy, so rows moving forward never overlap
+                bufs[i] = t[:k]
 
 
 class LeanLlama:
