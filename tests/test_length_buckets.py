@@ -34,7 +34,7 @@ def _batch(prompts=3, group=4, width=5, lengths=(9, 2, 2, 9, 5, 1, 5, 5, 9, 2, 1
 
 
 def _run(buckets, batch, group=None):
-    trainer = CompletionLogits(_model(), linear_head(torch.float32), length_buckets=buckets)
+    trainer = CompletionLogits(_model(), linear_head(torch.float32), length_buckets=buckets, min_saved=1)  # every cut
     widths = []  # (rows, positions) of every pass through the first layer
     trainer.model.model.layers[0].register_forward_pre_hook(lambda m, args: widths.append(tuple(args[0].shape[:2])))
     prompt_ids, prompt_mask, tokens, present, g = batch
@@ -87,3 +87,75 @@ def test_cuts_where_they_save_most():
     assert length_buckets([5, 46, 28, 46, 37, 28], 2) == [[1, 3, 4], [2, 5, 0]]
     assert length_buckets([5, 46, 28, 46, 37, 28], 3) == [[1, 3, 4], [2, 5], [0]]
     assert length_buckets([5, 46, 28, 46, 37, 28], 9) == [[1, 3], [4], [2, 5], [0]]
+    # a floor on what a cut must save: 54 passes, the 23 and the 18 do not
+    assert length_buckets([5, 46, 28, 46, 37, 28], 9, min_saved=24) == [[1, 3, 4], [2, 5, 0]]
+    assert length_buckets([5, 46, 28, 46, 37, 28], 9, min_saved=55) == [[1, 3, 4, 2, 5, 0]]
+
+
+def test_an_moe_in_buckets_replays_each_rows_experts_and_reports_them_in_the_grids_layout(tmp_path):
+    """tiny_moe's shape with routing replay: each part replays its own rows' recorded experts, so the
+    log-probs and gradients are the one grid's, and ``routed`` (what the routing metrics read) is
+    the one grid's wherever the generator fed a token."""
+    from scalerl.generation.engines import SamplingParams, TorchGenerator, left_pad
+    from scalerl.models.load import load_checkpoint
+    from scalerl.models.policy import Policy
+    from scalerl.models.tiny_moe import build_tiny_moe_checkpoint
+    from scalerl.routing import ROUTINGS
+
+    path = build_tiny_moe_checkpoint(tmp_path, hidden_size=48, num_layers=2, num_heads=2, num_experts=8,
+                                     experts_per_token=2, moe_intermediate_size=48, max_position_embeddings=64, seed=0)
+    model, tok = load_checkpoint(path, dtype=torch.float32, device=torch.device("cpu"))
+    head = linear_head(torch.float32)
+    prompts = [[tok.bos_token_id, 5, 6, 7, 8], [tok.bos_token_id, 9, 10], [tok.bos_token_id, 11]]
+    params = SamplingParams(max_new_tokens=12, eos_token_id=-1, pad_token_id=tok.pad_token_id, n=4)
+    out = TorchGenerator(Policy(model, gen_head=head, train_head=head), torch.device("cpu")).generate(prompts, params)
+    # Cut the rows to spread lengths, as EOS would have: causal, so the kept tokens' log-probs and
+    # experts stand; a row's last token is never fed, so it has no experts.
+    lengths = torch.tensor([12, 3, 7, 1, 12, 5, 2, 9, 7, 7, 1, 3])
+    keep = torch.arange(12)[None] < lengths[:, None]
+    present, sampled = out.present & keep, out.sampled & keep
+    experts = out.experts.masked_fill(~(torch.arange(12)[None] < lengths[:, None] - 1)[..., None, None], -1)
+    ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
+    assert len(length_buckets(lengths.tolist(), 4)) == 4
+    replay = ROUTINGS["replay"]
+
+    widths = []  # (rows, positions) of every pass through the first layer
+    model.model.layers[0].register_forward_pre_hook(lambda m, args: widths.append(tuple(args[0].shape[:2])))
+
+    def run(buckets):
+        from functools import partial
+        widths.clear()
+        trainer = CompletionLogits(model, head, length_buckets=buckets, min_saved=1)
+        trainer.route = partial(replay.fn, cfg=replay.schema(name="replay"))
+        model.zero_grad()
+        logp, ent = trainer(ids, mask, out.tokens, present.long(), 4, temperature=1.0,
+                            experts=(out.prompt_experts[::4], experts))
+        w = torch.randn(logp.shape, generator=torch.Generator().manual_seed(2))
+        (logp * w * present).sum().backward()
+        return logp.detach(), ent, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, \
+            trainer.routed[1], widths[1:]
+
+    one, four = run(1), run(4)
+    assert one[4] == [(12, 11)] and four[4] == [(3, 11), (4, 6), (3, 2), (2, 1)]  # really in parts
+    torch.testing.assert_close(four[0][present], one[0][present], atol=1e-5, rtol=0)
+    assert (four[0] - out.logprobs)[sampled].abs().max() < 1e-5  # replay: the generator's own log-probs
+    assert set(one[2]) == set(four[2]) and any("gate" in n for n in one[2])  # the gate is trained either way
+    for name, g in one[2].items():
+        torch.testing.assert_close(four[2][name], g, atol=1e-5, rtol=1e-4, msg=name)
+    assert four[3].shape == one[3].shape
+    fed = (experts[:, : one[3].shape[1]] >= 0).all(-1).all(-1)
+    assert fed.sum() == (lengths - 1).sum() and (four[3][fed] == one[3][fed]).all()
+    assert (four[3][fed] == experts[:, : one[3].shape[1]][fed]).all()
+
+
+def test_cuts_that_save_too_little_are_not_made():
+    """The default floor (``MIN_SAVED``): this batch's best cut saves 3 rows x 7 positions, far under
+    it, so the forward runs one grid; at 12 times the rows the same lengths are cut."""
+    prompt_ids, prompt_mask, tokens, present, g = _batch()
+    for rows, expect in ((1, [(12, 8)]), (12, None)):
+        trainer = CompletionLogits(_model(), linear_head(torch.float32), length_buckets=4)
+        widths = []
+        trainer.model.model.layers[0].register_forward_pre_hook(lambda m, args: widths.append(tuple(args[0].shape[:2])))
+        trainer(prompt_ids.repeat(rows, 1), prompt_mask.repeat(rows, 1), tokens.repeat(rows, 1), present.repeat(rows, 1),
+                g, temperature=0.8)
+        assert widths[1:] == expect if expect else len(widths[1:]) > 1

@@ -97,7 +97,7 @@ class TrainConfig:
     """Parts of a forward's rows, each padded only to its own longest completion (longest rows
     first, cut where a cut saves the most padded positions): the same log-probs, 0.59x the forward
     and backward's time on the step benchmark's batch (benchmarks/RESULTS.md). 1 = one grid padded to the longest row.
-    A sharded trainer (FSDP2, every rank must run as many layer forwards) and an MoE use 1."""
+    A sharded trainer uses 1 (under FSDP2 every rank must run as many layer forwards)."""
     head_chunk: int = 0
     """Positions per LM-head chunk for the trainer's log-probs (the (N, T, V) logits are never
     held at once); 0 = auto, 256 MiB of fp32 logits per chunk (docs/trainer-memory.md)."""

@@ -37,16 +37,26 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def length_buckets(lengths: list[int], buckets: int) -> list[list[int]]:
+MIN_SAVED = 128
+"""The padded positions a cut must save: a part costs its own pass through every layer, forward and
+backward, which on the embedded models is per-op work. tiny_moe at the default's shape (about 16
+rows, cuts saving about 60 positions each) took 0.150 s per update in 4 parts against 0.124 s in
+one grid; with this floor 0.124 s, while the dense default keeps its gain (0.089 against 0.097 s)
+and the step benchmark's batch (cuts of thousands of positions) is cut as before (benchmarks/RESULTS.md)."""
+
+
+def length_buckets(lengths: list[int], buckets: int, min_saved: int = 1) -> list[list[int]]:
     """Row positions in at most ``buckets`` parts, longest rows first, each padded only to its own
     longest row: the trainer's forward pads a part, not the whole minibatch, to its longest
     completion. Each cut splits the part where one cut saves the most padded positions (the best
-    cut point of a part sorted by length), until ``buckets`` parts or no cut saves any.
+    cut point of a part sorted by length), until ``buckets`` parts or no cut saves ``min_saved``.
 
     >>> length_buckets([5, 46, 28, 46, 37, 28], 3)
     [[1, 3, 4], [2, 5], [0]]
     >>> length_buckets([7, 7, 7], 4)
     [[0, 1, 2]]
+    >>> length_buckets([5, 46, 28, 46, 37, 28], 3, min_saved=30)  # the second cut saves 23
+    [[1, 3, 4], [2, 5, 0]]
     """
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     parts = [order] if order else []
@@ -57,7 +67,7 @@ def length_buckets(lengths: list[int], buckets: int) -> list[list[int]]:
 
     while len(parts) < buckets:
         saved, at, i = max((*best_cut(part), i) for i, part in enumerate(parts)) if parts else (0, 0, 0)
-        if saved <= 0:
+        if saved < max(min_saved, 1):
             break
         parts[i : i + 1] = [parts[i][:at], parts[i][at:]]
     return parts
@@ -222,15 +232,18 @@ class CompletionLogits(torch.nn.Module):
     divides them by the sampling temperature.
     """
 
-    def __init__(self, model: torch.nn.Module, head: HeadFn, head_chunk: int = 0, length_buckets: int = 1):
+    def __init__(self, model: torch.nn.Module, head: HeadFn, head_chunk: int = 0, length_buckets: int = 1,
+                 min_saved: int = MIN_SAVED):
         super().__init__()
         self.model = model
         self.head = head
         self.head_chunk = head_chunk
         """Positions per LM-head chunk when log-probs are asked for (``train.head_chunk``; 0: auto)."""
         self.length_buckets = length_buckets
-        """Parts of the rows, each padded to its own longest, in a dense model's log-prob forward
+        """Parts of the rows, each padded to its own longest, in the log-prob forward
         (``train.length_buckets``; 1: one grid padded to the longest row)."""
+        self.min_saved = min_saved
+        """The padded positions a cut must save (``MIN_SAVED``)."""
         self._cache_kw = _cache_kw(model.get_decoder())
         self.routers = RouterHooks.of(model)
         """An MoE's router hooks; None: a dense model."""
@@ -268,27 +281,39 @@ class CompletionLogits(torch.nn.Module):
             h_prompt, cache = run_body(body, kw, prompt_ids, prompt_mask, positions_from_mask(prompt_mask),
                                        cache=prompt_cache())
         routed_prompt = routers.take(tuple(prompt_ids.shape)) if routers is not None else None
-        lengths = token_mask.sum(1).tolist() if self.length_buckets > 1 and routers is None and temperature is not None else []
-        parts = length_buckets(lengths, self.length_buckets)
+        lengths = token_mask.sum(1).tolist() if self.length_buckets > 1 and temperature is not None else []
+        parts = length_buckets(lengths, self.length_buckets, self.min_saved)
+        fed = max(tokens.shape[1] - 1, 1)  # the completion pass's positions (``_completions``)
         if len(parts) > 1:  # each part padded to its own longest row: the same values, fewer padded positions
             prompt_of = group if isinstance(group, torch.Tensor) else \
                 torch.arange(prompt_ids.shape[0], device=tokens.device).repeat_interleave(group)
             width = tokens.shape[1]
-            out = []
+            out, used = [], []
             for part in parts:
                 idx, w = torch.as_tensor(part, device=tokens.device), max(lengths[part[0]], 1)
-                lp, ent = self._completions(h_prompt, cache, prompt_mask, tokens[idx, :w], token_mask[idx, :w],
-                                            prompt_of[idx], temperature, head_chunk)
-                out.append((F.pad(lp, (0, width - w)), F.pad(ent, (0, width - w))))  # zero past each row's end
+                with self._replaying(replay, idx, max(w - 1, 1)):
+                    lp, ent = self._completions(h_prompt, cache, prompt_mask, tokens[idx, :w], token_mask[idx, :w],
+                                                prompt_of[idx], temperature, head_chunk)
+                if routers is not None:  # -1 past the part's positions: its rows' last tokens, never fed by a generator
+                    used.append(replay_columns(routers.take((len(part), max(w - 1, 1))), fed))
+                out.append((F.pad(lp, (0, width - w)), F.pad(ent, (0, width - w))))  # zero past the part's width
             back = torch.argsort(torch.as_tensor([i for part in parts for i in part], device=tokens.device))
+            if routers is not None:
+                self.routed = (routed_prompt, torch.cat(used)[back])
             return torch.cat([lp for lp, _ in out])[back], torch.cat([ent for _, ent in out])[back]
-        fed = max(tokens.shape[1] - 1, 1)  # the completion pass's positions (``_completions``)
-        with (routers.replaying(None if replay is None else replay_columns(replay[1], fed), self.route)
-              if routers is not None else nullcontext()):
+        with self._replaying(replay, None, fed):
             out = self._completions(h_prompt, cache, prompt_mask, tokens, token_mask, group, temperature, head_chunk)
         if routers is not None:
             self.routed = (routed_prompt, routers.take((tokens.shape[0], fed)))
         return out
+
+    def _replaying(self, replay, rows, fed: int):
+        """An MoE's routers replay the recorded completion experts of ``rows`` (None: all) over ``fed``
+        positions, with ``replay`` set (``forward``); else they route on their own. A dense model: nothing."""
+        if self.routers is None:
+            return nullcontext()
+        experts = None if replay is None else replay_columns(replay[1] if rows is None else replay[1][rows], fed)
+        return self.routers.replaying(experts, self.route)
 
     def _completions(self, h_prompt, prompt_kv, prompt_mask, tokens, token_mask, group, temperature, head_chunk):
         """The completion pass over the prompts' keys/values ``prompt_kv`` and the head: what
