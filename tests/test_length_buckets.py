@@ -4,7 +4,8 @@ to float rounding, and the body really runs on the narrower parts."""
 import torch
 
 from scalerl.models.llama import LlamaConfig, LlamaForCausalLM
-from scalerl.models.policy import CompletionLogits, length_buckets
+from scalerl.models.buckets import length_buckets
+from scalerl.models.policy import CompletionLogits
 from scalerl.precision.base import linear_head
 
 
