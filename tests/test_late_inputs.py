@@ -65,19 +65,3 @@ def test_a_math_file_without_the_configured_field_is_refused(tmp_path):
     data = write_jsonl(tmp_path / "math.jsonl", [{"question": r["problem"], "answer": r["answer"]} for r in MATH_ROWS])
     refused(["task=math", f"task.path={data}", "train.steps=1", "logger=none"], tmp_path / "out",
             "task.problem_field", "has no field 'problem'")
-
-
-@pytest.mark.parametrize("model", ["tiny_moe", "hf"])
-def test_a_mixture_of_experts_on_vllm_without_a_gpu_is_refused(tmp_path, model):
-    """vLLM's CPU build gives wrong log-probs after a push into an MoE's experts (docs/vllm.md;
-    tests/test_hf_moe.py's strict xfail), so generators would sample from weights not the trainer's."""
-    args = ["model=tiny_moe"]
-    if model == "hf":  # the model's own config.json says it routes: Mixtral's key
-        (tmp_path / "model").mkdir()
-        (tmp_path / "model" / "config.json").write_text(json.dumps(
-            {"model_type": "mixtral", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
-             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
-             "num_local_experts": 4, "num_experts_per_tok": 2}))
-        args = ["model=hf", f"model.path={tmp_path / 'model'}"]
-    refused([*args, "generation=vllm", "train.device=cpu", "train.steps=1", "logger=none"], tmp_path / "out",
-            "generation", "wrong log-probs after a weight push into a mixture of experts")

@@ -1,7 +1,7 @@
 """What a validated config's inputs must be on this machine, checked before any process starts:
 the code sandbox's isolation (bubblewrap, or the explicit consent to grade without it), the
-task files (UTF-8 JSON with the configured fields), ``model=hf``'s ``config.json`` as
-transformers reads it, and a mixture of experts on vLLM without a GPU.
+task files (UTF-8 JSON with the configured fields) and ``model=hf``'s ``config.json`` as
+transformers reads it.
 
 ``validate`` checks values and that the files exist; these checks read the files and probe
 the machine, so they run where the launch does. ``check_machine`` is every check that needs
@@ -17,7 +17,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from scalerl.config import Config, check_environment, cuda_devices
+from scalerl.config import Config, check_environment
 from scalerl.config.resources import check_resources
 from scalerl.core.errors import ConfigError
 from scalerl.models.hf import HFModelConfig, check_hf_config
@@ -50,20 +50,6 @@ def check_inputs(c: Config, *, this_machine: bool = True) -> None:
             _check_task_file(key, task, _state(task.path))
     if isinstance(c.model, HFModelConfig):
         _check_model(c.model.path, _state(str(Path(c.model.path).expanduser() / "config.json")))
-    if c.generation.name == "vllm" and _is_moe(c) and (c.train.device == "cpu" or cuda_devices() == 0):
-        # docs/vllm.md, "Mixtures of experts": vLLM's CPU build serves an MoE, but after a weight push
-        # into its experts its log-probs are about 4e-2 off the trainer's, so its generators would
-        # sample from weights that are not the trainer's (tests/test_hf_moe.py keeps a strict xfail).
-        raise ConfigError("generation", "vLLM's CPU build gives wrong log-probs after a weight push into a mixture "
-                          "of experts (docs/vllm.md)", "use generation=torch, or a GPU")
-
-
-def _is_moe(c: Config) -> bool:
-    """The model routes tokens among experts: ``ModelConfig.is_moe`` (``routing``'s own test), or a
-    DeepSeek-style ``n_routed_experts``, which ``routing`` does not hook but vLLM serves the same way."""
-    arch = c.model.architecture() or {}
-    routed = arch.get("n_routed_experts")
-    return bool(c.model.is_moe()) or (isinstance(routed, int) and routed > 1)
 
 
 def _tasks(c: Config):
