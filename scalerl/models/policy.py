@@ -277,7 +277,9 @@ class CompletionLogits(torch.nn.Module):
         positions, with ``replay`` set (``forward``); else they route on their own. A dense model: nothing."""
         if self.routers is None:
             return nullcontext()
-        experts = None if replay is None else replay_columns(replay[1] if rows is None else replay[1][rows.to(replay[1].device)], fed)
+        experts = None
+        if replay is not None:
+            experts = replay_columns(replay[1] if rows is None else replay[1][rows.to(replay[1].device)], fed)
         return self.routers.replaying(experts, self.route)
 
     def _completions(self, h_prompt, prompt_kv, prompt_mask, tokens, token_mask, group, temperature, head_chunk):

@@ -70,7 +70,7 @@ class PromptSampler:
         new = {i for i, rate in zip(indices, pass_rates.tolist()) if rate >= self.retire_at and i not in self.retired}
         self.retired |= new
         rest = self.order[self.pos :]
-        if not new.isdisjoint(rest):  # a batch crossed into an epoch ordered before this (a scan in C: rest is the epoch)
+        if not new.isdisjoint(rest):  # a batch crossed into an epoch ordered before this (rest: the epoch; a C scan)
             self.order = self.order[: self.pos] + [i for i in rest if i not in new]
         return len(new)
 
