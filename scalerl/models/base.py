@@ -88,16 +88,35 @@ class ModelConfig:
 
     def is_moe(self) -> Optional[bool]:
         """Whether the model routes tokens to experts (``routing``), from ``architecture()``: a
-        ``num_experts`` or ``num_local_experts`` above 0 (Qwen3-MoE, Mixtral, Llama-4); None: unknown."""
+        ``num_experts`` or ``num_local_experts`` above 0 (Qwen3-MoE, Mixtral, Llama-4) and, where the
+        config says which layers have experts (Llama-4's ``moe_layers``), at least one; None: unknown."""
         c = self.architecture()
         if c is None:
             return None
-        return int(c.get("num_experts") or c.get("num_local_experts") or 0) > 0
+        return int(c.get("num_experts") or c.get("num_local_experts") or 0) > 0 and moe_layers(c) != []
 
     def scalerl_modeling(self) -> bool:
         """The option's checkpoint runs on scalerl's own module (``models/load.py:OWN_MODULES``) where the run
         computes eager attention (``RunPlan.lean``), not on transformers' modeling."""
         return False
+
+
+def moe_layers(c: dict) -> Optional[list[int]]:
+    """The layers with experts, where a Llama-4 config says (``moe_layers``, else every
+    ``interleave_moe_layer_step``-th layer, the others dense MLPs of ``intermediate_size_mlp``); None
+    where the config does not say (every layer, or a rule of its own: Qwen3-MoE's ``decoder_sparse_step``).
+
+    >>> moe_layers({"num_hidden_layers": 4, "interleave_moe_layer_step": 2}), moe_layers({"moe_layers": []})
+    ([1, 3], [])
+    """
+    if c.get("moe_layers") is not None:
+        return [int(i) for i in c["moe_layers"]]
+    step = c.get("interleave_moe_layer_step")
+    if step is None:
+        return None
+    step = int(step)
+    check(step > 0, "model.path", f"config.json's interleave_moe_layer_step must be > 0, got {step}")
+    return list(range(step - 1, int(c.get("num_hidden_layers") or 0), step))
 
 
 class PrepareFn(Protocol):

@@ -163,7 +163,7 @@ def checkpoint_layers(model: torch.nn.Module, enabled: bool = True) -> int:
     number of layers."""
     from torch.distributed._composable import checkpoint as composable_checkpoint
 
-    layers = list(getattr(model.get_decoder(), "layers", []))
+    layers = list(getattr(decoder(model), "layers", []))
     for layer in layers:
         state = composable_checkpoint.state(layer)
         if state is not None:
@@ -171,6 +171,16 @@ def checkpoint_layers(model: torch.nn.Module, enabled: bool = True) -> int:
         elif enabled:
             composable_checkpoint(layer)
     return len(layers)
+
+
+def decoder(model: torch.nn.Module) -> torch.nn.Module:
+    """The model's decoder body (embeddings, layers, final norm), whose forward gives the last hidden
+    states. transformers' ``get_decoder`` looks for it under ``base_model_prefix``, which Llama-4's
+    ``Llama4ForCausalLM`` names ``language_model`` while it keeps its body in ``model``: there it returns
+    the whole causal LM, whose output has logits and no hidden states. Its ``model`` is the body."""
+    body = model.get_decoder()
+    inner = getattr(model, "model", None)
+    return inner if body is model and isinstance(inner, torch.nn.Module) else body
 
 
 def _cache_kw(body) -> str:
@@ -209,7 +219,7 @@ class CompletionLogits(torch.nn.Module):
         (``train.length_buckets``; 1: one grid padded to the longest row)."""
         self.min_saved = min_saved
         """The padded positions a cut must save (``MIN_SAVED``)."""
-        self._cache_kw = _cache_kw(model.get_decoder())
+        self._cache_kw = _cache_kw(decoder(model))
         self.routers = RouterHooks.of(model)
         """An MoE's router hooks; None: a dense model."""
         self.route = None
@@ -237,7 +247,7 @@ class CompletionLogits(torch.nn.Module):
         them (rollout routing replay, ``models/routing.py``). Either way ``self.routed`` gets the
         experts this forward used.
         """
-        body, kw = self.model.get_decoder(), self._cache_kw
+        body, kw = decoder(self.model), self._cache_kw
         routers = self.routers
         replay = experts if routers is not None and self.route is not None else None
         prompt_cache = self._caches[0]
@@ -285,7 +295,7 @@ class CompletionLogits(torch.nn.Module):
     def _completions(self, h_prompt, prompt_kv, prompt_mask, tokens, token_mask, group, temperature, head_chunk):
         """The completion pass over the prompts' keys/values ``prompt_kv`` and the head: what
         ``forward`` returns, for these rows (``group`` as there)."""
-        body, kw = self.model.get_decoder(), self._cache_kw
+        body, kw = decoder(self.model), self._cache_kw
         cache = self._caches[1].of(prompt_kv)
         if isinstance(group, torch.Tensor):  # (N,) prompt index per row
             cache.batch_select_indices(group)
@@ -343,7 +353,7 @@ class Policy:
     def __init__(self, model: torch.nn.Module, *, gen_head: HeadFn, train_head: HeadFn,
                  head_weight: torch.Tensor | None = None, lean: bool = True):
         self.model = model
-        self.body = model.get_decoder()
+        self.body = decoder(model)
         self.head_weight = model.get_output_embeddings().weight if head_weight is None else head_weight
         self.gen_head = gen_head
         self.train_head = train_head

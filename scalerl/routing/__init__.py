@@ -9,9 +9,9 @@ says which experts the trainer's forwards (π_old's and π_θ's) use:
 ``fn(probs (n, E), own (n, k), recorded (n, k), *, norm_topk_prob, cfg) -> (weights (n, k), experts (n, k))``
 (the ``RouteFn`` contract in ``base.py``): ``none`` keeps the trainer's own choice, ``replay``
 takes the recorded one (rollout routing replay, R3, arXiv 2510.11370) with the gate's own
-probabilities as weights, so the gate is still trained. Must not know about models or batches
-(``models/routing.py`` hooks an option into a model's routers). To add one: a module here,
-``conf/routing/<name>.yaml``, one line below.
+scores (softmax probabilities, or Llama-4's sigmoids) as weights, so the gate is still trained.
+Must not know about models or batches (``models/routing.py`` hooks an option into a model's
+routers). To add one: a module here, ``conf/routing/<name>.yaml``, one line below.
 """
 from scalerl.core.option import Option
 from scalerl.routing import none, replay

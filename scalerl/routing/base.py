@@ -21,16 +21,17 @@ class RoutingConfig:
 
 
 class RouteFn(Protocol):
-    """Router probabilities (n, E) fp32, the router's own top-k (n, k) and the recorded top-k (n, k)
-    (-1: none recorded, e.g. a pad position) -> (the top-k weights (n, k), the experts used (n, k))."""
+    """The router's per-expert scores (n, E) fp32 (a softmax router's probabilities, Llama-4's
+    sigmoids), the router's own top-k (n, k) and the recorded top-k (n, k) (-1: none recorded, e.g. a
+    pad position) -> (the top-k weights (n, k), the experts used (n, k))."""
 
     def __call__(self, probs: Tensor, own: Tensor, recorded: Tensor, *, norm_topk_prob: bool) -> tuple[Tensor, Tensor]: ...
 
 
 def topk_weights(probs: Tensor, experts: Tensor, norm_topk_prob: bool) -> Tensor:
-    """The router's weights of ``experts``: their softmax probabilities, renormalised to sum to 1 where
-    the model says so (Qwen3-MoE's ``norm_topk_prob``), as the router computes them for its own top-k.
-    probs (n, E), experts (n, k) long -> (n, k), differentiable in probs.
+    """The router's weights of ``experts``: their scores (softmax probabilities, or Llama-4's independent
+    sigmoids), renormalised to sum to 1 where the model says so (Qwen3-MoE's ``norm_topk_prob``), as the
+    router computes them for its own top-k. probs (n, E), experts (n, k) long -> (n, k), differentiable in probs.
 
     >>> import torch
     >>> topk_weights(torch.tensor([[0.5, 0.3, 0.2]]), torch.tensor([[2, 0]]), True)

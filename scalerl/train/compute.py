@@ -4,7 +4,7 @@ compute (FLOPs) = 6·N·T_train + 2·N·T_gen   (Kaplan et al. 2020 estimate)
 - N: parameters excluding the input embedding (a lookup, not a matmul);
   the LM head counts. A mixture of experts counts its *active* parameters: each
   layer's experts at k/E of their total (a token runs k of the E experts), its
-  router, attention, norms and head in full (docs/outputs.md).
+  router, shared expert, attention, norms and head in full (docs/outputs.md).
 - T_train: tokens that entered a backward pass: each trained group's prompt
   once (its G completions share the prompt's keys/values) plus every
   completion token: 2·N forward + 4·N backward per token.
@@ -48,9 +48,10 @@ def gen_flops(n_params: int, tokens: int) -> float:
 def inactive_expert_params(model: nn.Module) -> int:
     """The expert parameters a token does not run: each experts block's (E - k) / E of its parameters,
     k = ``config.num_experts_per_tok`` of E = the block's ``num_experts`` (transformers' ``*Experts``
-    modules, whose weights are (E, ...) tensors: Qwen3-MoE, Mixtral; scalerl's own Qwen3-MoE, E MLPs). 0 for a
-    dense model."""
-    k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
+    modules, whose weights are (E, ...) tensors: Qwen3-MoE, Mixtral, Llama-4; scalerl's own Qwen3-MoE, E MLPs).
+    0 for a dense model. Everything else counts in full: a shared expert (Qwen2-MoE's, Llama-4's), which
+    every token runs, and the dense MLPs of the layers without experts (Llama-4's ``moe_layers``)."""
+    k = getattr(text_config(model), "num_experts_per_tok", None)
     if not k:
         return 0
     out = 0
@@ -60,3 +61,10 @@ def inactive_expert_params(model: nn.Module) -> int:
             n = sum(p.numel() for p in m.parameters())  # (E, ...) tensors, or E modules (models/qwen3_moe.py)
             out += n - n * int(k) // int(e)
     return out
+
+
+def text_config(model: nn.Module) -> object:
+    """The model's config, or its language model's where it has one (a multimodal Llama-4's ``text_config``)."""
+    config = getattr(model, "config", None)
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config

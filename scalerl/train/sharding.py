@@ -56,10 +56,12 @@ def shard_trainer(trainer: torch.nn.Module, mesh, *, compute_dtype: torch.dtype,
     plus one unit, not a full copy."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    from scalerl.models.policy import decoder
+
     def policy(dtype: torch.dtype) -> MixedPrecisionPolicy:
         return MixedPrecisionPolicy(param_dtype=None if dtype == torch.float32 else dtype, reduce_dtype=torch.float32)
 
-    for layer in getattr(trainer.model.get_decoder(), "layers", []):
+    for layer in getattr(decoder(trainer.model), "layers", []):
         if materialize is not None:
             materialize(layer)
         fully_shard(layer, mesh=mesh, mp_policy=policy(compute_dtype))
