@@ -183,6 +183,15 @@ def decoder(model: torch.nn.Module) -> torch.nn.Module:
     return inner if body is model and isinstance(inner, torch.nn.Module) else body
 
 
+def fed_positions(width: int) -> int:
+    """The completion pass's positions for completions ``width`` tokens wide (``_completions``):
+    token t's logits come from position t-1, so the last token is not fed: nothing reads its
+    hidden state, and causal attention keeps it out of every earlier one. A 1-token completion
+    still runs the pass (its output unused): under FSDP2 every rank must run the same number of
+    layer forwards, whatever its rows' widths."""
+    return max(width - 1, 1)
+
+
 def _cache_kw(body) -> str:
     """transformers 5 renamed past_key_values -> cache; accept both."""
     params = inspect.signature(inspect.unwrap(type(body).forward)).parameters
@@ -258,7 +267,7 @@ class CompletionLogits(torch.nn.Module):
         routed_prompt = routers.take(tuple(prompt_ids.shape)) if routers is not None else None
         lengths = token_mask.sum(1).tolist() if self.length_buckets > 1 and temperature is not None else []
         parts = length_buckets(lengths, self.length_buckets, self.min_saved)
-        fed = max(tokens.shape[1] - 1, 1)  # the completion pass's positions (``_completions``)
+        fed = fed_positions(tokens.shape[1])
         if len(parts) > 1:  # each part padded to its own longest row: the same values, fewer padded positions
             prompt_of = group if isinstance(group, torch.Tensor) else \
                 torch.arange(prompt_ids.shape[0], device=tokens.device).repeat_interleave(group)
@@ -266,11 +275,12 @@ class CompletionLogits(torch.nn.Module):
             out, used = [], []
             for part in parts:
                 idx, w = torch.as_tensor(part, device=tokens.device), max(lengths[part[0]], 1)
-                with self._replaying(replay, idx, max(w - 1, 1)):
+                part_fed = fed_positions(w)
+                with self._replaying(replay, idx, part_fed):
                     lp, ent = self._completions(h_prompt, cache, prompt_mask, tokens[idx, :w], token_mask[idx, :w],
                                                 prompt_of[idx], temperature, head_chunk)
                 if routers is not None:  # -1 past the part's positions: its rows' last tokens, never fed by a generator
-                    used.append(replay_columns(routers.take((len(part), max(w - 1, 1))), fed))
+                    used.append(replay_columns(routers.take((len(part), part_fed)), fed))
                 out.append((F.pad(lp, (0, width - w)), F.pad(ent, (0, width - w))))  # zero past the part's width
             back = torch.argsort(torch.as_tensor([i for part in parts for i in part], device=tokens.device))
             if routers is not None:
@@ -304,11 +314,7 @@ class CompletionLogits(torch.nn.Module):
             if group > 1:
                 cache.batch_repeat_interleave(group)
             pmask = prompt_mask.repeat_interleave(group, 0)  # (N, W)
-        # Token t's logits come from position t-1, so the last token is not fed: nothing reads
-        # its hidden state, and causal attention keeps it out of every earlier one. A 1-token
-        # completion still runs the pass (its output unused): under FSDP2 every rank must run
-        # the same number of layer forwards, whatever its rows' widths.
-        fed = max(tokens.shape[1] - 1, 1)
+        fed = fed_positions(tokens.shape[1])
         mask = torch.cat([pmask, token_mask[:, :fed]], dim=1)  # (N, W+fed)
         pos = positions_from_mask(mask)[:, pmask.shape[1] :]
         h, _ = run_body(body, kw, tokens[:, :fed], mask, pos, cache=cache)  # (N, fed, H)
