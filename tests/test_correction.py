@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import cli, run_cli  # cli: the entry point forked from a server that imported it (helpers.ForkedCli)
 
 from scalerl.asynchrony import ASYNC_MODES
 from scalerl.config import compose, validate
@@ -94,7 +94,7 @@ def test_every_correction_composes_with_every_loss_and_async_mode(correction, lo
 def test_a_bad_setting_is_refused_with_one_line_naming_the_key(tmp_path, override, key):
     # The dry run's convention (tests/test_adding_an_option.py): one line names the key, says what is
     # wrong and that nothing was launched
-    proc = run_cli(["--dry-run", "logger=none", *override.split()], tmp_path, check=False)
+    proc = cli(["--dry-run", "logger=none", *override.split()], tmp_path, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, lines

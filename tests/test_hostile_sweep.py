@@ -18,7 +18,7 @@ from scalerl.core.errors import ConfigError
 from scalerl.launch.expansion import Progress, check_size
 from scalerl.launch.precheck import check_command_line
 from scalerl.launch.studies import expand_spec, read_spec, study_size
-from tests.helpers import REPO, run_cli
+from helpers import REPO, cli, run_cli  # cli: the entry point forked from a server that imported it (helpers.ForkedCli)
 
 D = ["--dry-run", "logger=none"]
 QWEN2_05B = dict(vocab_size=151_936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
@@ -100,7 +100,7 @@ def _one_line_refusal(proc, says: str, out_root) -> None:
 def test_a_hostile_value_is_one_line_naming_its_key(tmp_path, name):
     args, env, says = CASES[name]
     out_root = tmp_path / "out"
-    proc = run_cli(args, out_root, extra_env=env, check=False, timeout=120)
+    proc = cli(args, out_root, extra_env=env, check=False, timeout=120)
     _one_line_refusal(proc, says, out_root)
 
 
@@ -113,7 +113,7 @@ def test_a_misshapen_study_is_one_line_naming_the_entry(tmp_path, text):
     study = tmp_path / "s.yaml"
     study.write_text(text)
     out_root = tmp_path / "out"
-    proc = run_cli(["-m", *D, f"sweep={study}"], out_root, check=False, timeout=120)
+    proc = cli(["-m", *D, f"sweep={study}"], out_root, check=False, timeout=120)
     _one_line_refusal(proc, f"sweep: study file '{study}'", out_root)
     assert STUDIES[text] in proc.stderr
 
@@ -123,7 +123,7 @@ def test_a_study_that_is_a_fifo_or_a_device_is_refused_unread(tmp_path, kind):
     study = tmp_path / "f.yaml"
     os.mkfifo(study) if kind == "fifo" else study.symlink_to("/dev/zero")
     out_root = tmp_path / "out"
-    proc = run_cli(["-m", *D, f"sweep={study}"], out_root, check=False, timeout=60)  # a hang fails by timeout
+    proc = cli(["-m", *D, f"sweep={study}"], out_root, check=False, timeout=60)  # a hang fails by timeout
     _one_line_refusal(proc, "FIFO" if kind == "fifo" else "a device", out_root)
     with pytest.raises(BoundedReadError):
         read_bounded(study, 1 << 20)
@@ -174,14 +174,14 @@ def test_a_study_of_ten_thousand_arms_is_refused_before_building_one(tmp_path):
     study = tmp_path / "huge.yaml"
     study.write_text("grid:\n" + "".join(f"  {k}: {list(range(10))}\n" for k in ("seed", "train.lr", "train.steps", "x")))
     out_root = tmp_path / "out"
-    proc = run_cli(["-m", "logger=none", f"sweep={study}"], out_root, check=False, timeout=120)
+    proc = cli(["-m", "logger=none", f"sweep={study}"], out_root, check=False, timeout=120)
     _one_line_refusal(proc, f"hydra.sweeper.max_arms: this sweep would make 10,000 arms (study {study} gives 10,000)",
                       out_root)
 
 
 def test_the_hydra_routes_work_from_the_command_line(tmp_path):
     # The same keys are the user's own to give: only a study file is refused them.
-    proc = run_cli([*D, "seed=1,2", "+hydra.job.env_set.SCALERL_X=1", "hydra.sweeper.max_arms=2"], tmp_path / "out",
+    proc = cli([*D, "seed=1,2", "+hydra.job.env_set.SCALERL_X=1", "hydra.sweeper.max_arms=2"], tmp_path / "out",
                    timeout=120)
     assert proc.stdout.count("pending") == 2
 
@@ -190,7 +190,7 @@ def test_a_long_dry_run_shows_its_progress(tmp_path):
     # The first line is due after SCALERL_PROGRESS_AFTER_S (3 s for a user; 0 here, so that the test
     # does not depend on how fast this machine validates), then one every 5 s (100 arms were silent
     # for 17.5 s before). The timing itself: test_progress_waits_then_prints_every_interval.
-    proc = run_cli([*D, "seed=range(0,6)"], tmp_path / "out", timeout=600, extra_env={"SCALERL_PROGRESS_AFTER_S": "0"})
+    proc = cli([*D, "seed=range(0,6)"], tmp_path / "out", timeout=600, extra_env={"SCALERL_PROGRESS_AFTER_S": "0"})
     progress = [line for line in proc.stdout.splitlines() if line.startswith("[scalerl] validated ")]
     assert progress and all(line.endswith("/6 arms") for line in progress), proc.stdout[-2000:]
     done = [int(line.split()[2].split("/")[0]) for line in progress]
@@ -202,23 +202,23 @@ def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):  # a 50-lin
     # A unit test's PATH holds no SLURM client, even where SLURM is installed (tests/conftest.py).
     env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
     assert not any(os.path.exists(os.path.join(d, "sbatch")) for d in env["PATH"].split(os.pathsep))
-    proc = run_cli(["-m", "logger=none", "hydra/launcher=slurm"], out_root, extra_env=env, check=False, timeout=120)
+    proc = cli(["-m", "logger=none", "hydra/launcher=slurm"], out_root, extra_env=env, check=False, timeout=120)
     _one_line_refusal(proc, "hydra/launcher: slurm submits with sbatch", out_root)
     # a dry run validates the arms (a laptop checks a cluster sweep) and says the launch would be refused
-    dry = run_cli([*D, "hydra/launcher=slurm"], out_root, extra_env=env, timeout=120)
+    dry = cli([*D, "hydra/launcher=slurm"], out_root, extra_env=env, timeout=120)
     assert "would be refused here" in dry.stderr and "pending" in dry.stdout
 
 
 def test_every_invalid_arm_is_one_line_that_repeats_the_reason(tmp_path):
     # Two arms, the same bad value: one line, with the reason, the key and the count (was three lines,
     # the last "2 of 2 arms are invalid" without the reason).
-    proc = run_cli(["-m", *D, "loss=cispo,dapo", "batch.generations=1"], tmp_path / "out", check=False, timeout=120)
+    proc = cli(["-m", *D, "loss=cispo,dapo", "batch.generations=1"], tmp_path / "out", check=False, timeout=120)
     _one_line_refusal(proc, "batch.generations: must be >= 2", tmp_path / "out")
     assert "2 of 2 arms invalid, nothing was launched" in proc.stderr
 
 
 def test_a_huge_legal_value_is_warned_with_its_cost(tmp_path):
-    proc = run_cli([*D, "model.warmstart.max_steps=1000000000"], tmp_path / "out", timeout=120)
+    proc = cli([*D, "model.warmstart.max_steps=1000000000"], tmp_path / "out", timeout=120)
     # 1e9 steps x 6 FLOPs x 0.2M parameters x 128 sequences x 256 tokens: about 6e19 FLOPs
     assert "[scalerl] warning: model.warmstart.max_steps=1000000000:" in proc.stderr and "e+19 FLOPs" in proc.stderr
     assert "[scalerl] resources: about" in proc.stdout and "target this machine" in proc.stdout

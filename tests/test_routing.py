@@ -10,7 +10,7 @@ from functools import partial
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import cli, run_cli  # cli: the entry point forked from a server that imported it (helpers.ForkedCli)
 
 from scalerl.generation.engines import SamplingParams, TorchGenerator, left_pad
 from scalerl.models.load import load_checkpoint
@@ -132,10 +132,10 @@ def test_compute_counts_an_moes_active_parameters(moe):
 
 
 def test_replay_on_a_dense_model_is_refused_at_dry_run(tmp_path):
-    proc = run_cli(["--dry-run", "logger=none", "routing=replay"], tmp_path, check=False)
+    proc = cli(["--dry-run", "logger=none", "routing=replay"], tmp_path, check=False)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "routing" in line]
     assert proc.returncode == 2 and len(lines) == 1 and "dense" in lines[0], proc.stdout + proc.stderr
-    ok = run_cli(["--dry-run", "logger=none", "routing=replay", "model=tiny_moe"], tmp_path, check=False)
+    ok = cli(["--dry-run", "logger=none", "routing=replay", "model=tiny_moe"], tmp_path, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 

@@ -117,6 +117,24 @@ def test_only_launchers_with_scalerl_failure_handling_are_offered(tmp_path):
     assert hydra_argv(["-m", "--fresh"]) == ["-m", "hydra.sweeper.reuse=false"]
 
 
+def test_hydra_reads_its_mode_from_the_overrides_without_composing_the_config(monkeypatch):
+    from hydra._internal.hydra import Hydra
+
+    from scalerl.launch.app import mode_from_overrides
+
+    composed, calls = Hydra.get_mode, []
+    monkeypatch.setattr(Hydra, "compose_config", lambda *a, **k: calls.append(k["overrides"]))
+    hydra = object.__new__(Hydra)
+    with mode_from_overrides(["-m", "loss=dapo", "hydra.sweeper.action=dry-run"]):
+        assert Hydra.get_mode(hydra, "config", ["loss=dapo"]) is None  # what Hydra's gives when nothing sets it
+    assert calls == [] and Hydra.get_mode is composed
+    # where an override or another config tree may set hydra.mode, Hydra composes to read it, as before
+    for argv in (["hydra.mode=RUN"], ["+hydra.mode=MULTIRUN"], ["--config-dir", "/x"], ["hydra.searchpath=[file:///x]"]):
+        with mode_from_overrides(argv):
+            Hydra.get_mode(hydra, "config", argv)
+    assert len(calls) == 4
+
+
 def test_help_lists_what_a_user_needs_and_composes_nothing():
     from scalerl.launch.cli_help import help_text
 

@@ -16,6 +16,7 @@ import os
 import sys
 
 import hydra
+from hydra._internal.hydra import Hydra
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -47,6 +48,26 @@ def register() -> None:
     register_schemas()
     register_resolver()
     faults.arm()
+
+
+_OWN_TREE_FLAGS = {"-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name"}
+"""Hydra's flags that compose another config tree, which may set ``hydra.mode`` itself."""
+
+
+@contextlib.contextmanager
+def mode_from_overrides(argv: list[str]):
+    """Hydra composes the whole config once only to read ``hydra.mode``, then composes it again to
+    run (a third of a dry run's compositions). scalerl's tree never sets ``hydra.mode``, so only an
+    override can: read it there, and let Hydra compose for it where another tree or an override may set it."""
+    if _OWN_TREE_FLAGS & set(argv) or any(a.lstrip("+~").startswith(("hydra.mode", "hydra.searchpath")) for a in argv):
+        yield
+        return
+    composed = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: None  # what Hydra returns when nothing sets it
+    try:
+        yield
+    finally:
+        Hydra.get_mode = composed
 
 
 def hydra_argv(argv: list[str]) -> list[str]:
@@ -130,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     start = hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(run_arm)
     try:
         if not _shell_completion(sys.argv[1:], start):
-            start()
+            with mode_from_overrides(sys.argv[1:]):
+                start()
     except CONFIG_ERRORS as e:
         print(f"[scalerl] config error: {as_config_error(e)}", file=sys.stderr)
         sys.exit(2)
