@@ -182,7 +182,7 @@ def test_a_study_of_ten_thousand_arms_is_refused_before_building_one(tmp_path):
 def test_the_hydra_routes_work_from_the_command_line(tmp_path):
     # The same keys are the user's own to give: only a study file is refused them.
     proc = cli([*D, "seed=1,2", "+hydra.job.env_set.SCALERL_X=1", "hydra.sweeper.max_arms=2"], tmp_path / "out",
-                   timeout=120)
+               timeout=120)
     assert proc.stdout.count("pending") == 2
 
 
