@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from scalerl.models.tokenizer import build_char_tokenizer
+from scalerl.routing.metrics import set_differs
 
 ARCHS = ("qwen3_moe", "mixtral")
 SHAPE = dict(hidden=64, layers=2, heads=2, experts=4, top_k=2, expert_width=64)
@@ -78,3 +79,11 @@ def active_params_by_hand(arch: str, vocab: int) -> int:
     experts = 1 + 1 if arch == LLAMA4 else 2
     layer = 16_384 + (64 if arch == "qwen3_moe" else 0) + 128 + 256 + experts * 12_288
     return 2 * layer + 64 + vocab * 64
+
+
+def assert_routed_as_recorded(used: torch.Tensor, recorded: torch.Tensor) -> None:
+    """The trainer's experts ``used`` (N, T, L, k) are the generator's ``recorded`` ones at every
+    position it recorded (-1: not recorded; ``recorded`` may be wider), and it recorded some."""
+    rec = recorded[:, : used.shape[1]]
+    ok = (rec >= 0).all(-1)
+    assert ok.any() and not set_differs(used.long(), rec.long())[ok].any()

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import ANSWERS_ONLY, REPO, VOLATILE, read_rows, run_cli, torchrun
-from moe_dirs import ARCHS, SHAPE, active_params_by_hand, build_moe_dir
+from moe_dirs import ARCHS, SHAPE, active_params_by_hand, assert_routed_as_recorded, build_moe_dir
 from safetensors.torch import load_file
 
 from scalerl.generation.engines import SamplingParams, TorchGenerator, left_pad
@@ -34,7 +34,6 @@ from scalerl.models.policy import CompletionLogits, Policy
 from scalerl.models.routing import RouterHooks
 from scalerl.precision.base import linear_head
 from scalerl.routing import ROUTINGS
-from scalerl.routing.metrics import set_differs
 from scalerl.train.compute import flop_params, inactive_expert_params
 
 REPLAY = partial(ROUTINGS["replay"].fn, cfg=ROUTINGS["replay"].schema(name="replay"))
@@ -111,10 +110,7 @@ def test_replay_reproduces_the_generators_logprobs(moe_dirs, arch):
     logp, _ = trainer(ids, mask, out.tokens, out.present.long(), G, temperature=1.0,
                       experts=(out.prompt_experts[::G], out.experts))
     assert (logp - out.logprobs)[out.sampled].abs().max() < 1e-5
-    _, used = trainer.routed
-    rec = out.experts[:, : used.shape[1]]
-    ok = (rec >= 0).all(-1)
-    assert ok.any() and not set_differs(used.long(), rec.long())[ok].any()
+    assert_routed_as_recorded(trainer.routed[1], out.experts)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -21,7 +21,7 @@ from functools import partial
 import pytest
 import torch
 from helpers import ANSWERS_ONLY, read_rows, run_cli
-from moe_dirs import LLAMA4, active_params_by_hand, build_moe_dir, shape
+from moe_dirs import LLAMA4, active_params_by_hand, assert_routed_as_recorded, build_moe_dir, shape
 
 from scalerl.generation.engines import SamplingParams, TorchGenerator, left_pad
 from scalerl.models.load import load_checkpoint
@@ -29,7 +29,6 @@ from scalerl.models.policy import CompletionLogits, Policy
 from scalerl.models.routing import RouterHooks
 from scalerl.precision.base import linear_head
 from scalerl.routing import ROUTINGS
-from scalerl.routing.metrics import set_differs
 from scalerl.train.compute import flop_params, inactive_expert_params
 
 REPLAY = partial(ROUTINGS["replay"].fn, cfg=ROUTINGS["replay"].schema(name="replay"))
@@ -82,10 +81,7 @@ def test_replay_at_equal_weights_reproduces_the_generators_logprobs(llama4):
     _, model, tok, out, ids, mask = llama4
     logp, trainer = trainer_logp(llama4)
     assert (logp - out.logprobs)[out.sampled].abs().max() < 1e-5
-    _, used = trainer.routed
-    rec = out.experts[:, : used.shape[1]]
-    ok = (rec >= 0).all(-1)
-    assert ok.any() and not set_differs(used.long(), rec.long())[ok].any()
+    assert_routed_as_recorded(trainer.routed[1], out.experts)
 
 
 def test_one_changed_expert_at_the_last_layer_changes_exactly_that_tokens_logprob(llama4):

@@ -11,6 +11,7 @@ from functools import partial
 import pytest
 import torch
 from helpers import cli, run_cli  # cli: the entry point forked from a server that imported it (helpers.ForkedCli)
+from moe_dirs import assert_routed_as_recorded
 
 from scalerl.generation.engines import SamplingParams, TorchGenerator, left_pad
 from scalerl.models.load import load_checkpoint
@@ -18,7 +19,6 @@ from scalerl.models.policy import CompletionLogits, Policy
 from scalerl.models.tiny_moe import build_tiny_moe_checkpoint
 from scalerl.precision.base import linear_head
 from scalerl.routing import ROUTINGS
-from scalerl.routing.metrics import set_differs
 from scalerl.train.compute import flop_params
 
 REPLAY = partial(ROUTINGS["replay"].fn, cfg=ROUTINGS["replay"].schema(name="replay"))
@@ -70,10 +70,7 @@ def test_replay_at_equal_weights_reproduces_the_generators_logprobs(moe):
     logp, trainer = trainer_logp(model, out, ids, mask, route=REPLAY)
     assert (logp - out.logprobs)[out.sampled].abs().max() < 1e-5
     # ...and it routed exactly as the generator did, wherever the generator recorded a position
-    _, used = trainer.routed
-    rec = out.experts[:, : used.shape[1]]
-    ok = (rec >= 0).all(-1)
-    assert ok.any() and not set_differs(used.long(), rec.long())[ok].any()
+    assert_routed_as_recorded(trainer.routed[1], out.experts)
 
 
 def test_one_changed_expert_at_the_last_layer_changes_exactly_that_tokens_logprob(moe):
