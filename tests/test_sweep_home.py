@@ -129,10 +129,11 @@ def test_hydra_reads_its_mode_from_the_overrides_without_composing_the_config(mo
         assert Hydra.get_mode(hydra, "config", ["loss=dapo"]) is None  # what Hydra's gives when nothing sets it
     assert calls == [] and Hydra.get_mode is composed
     # where an override or another config tree may set hydra.mode, Hydra composes to read it, as before
-    for argv in (["hydra.mode=RUN"], ["+hydra.mode=MULTIRUN"], ["--config-dir", "/x"], ["hydra.searchpath=[file:///x]"]):
+    for argv in (["hydra.mode=RUN"], ["+hydra.mode=MULTIRUN"], ["--config-dir", "/x"], ["--config-dir=/x"],
+                 ["hydra.searchpath=[file:///x]"]):
         with mode_from_overrides(argv):
             Hydra.get_mode(hydra, "config", argv)
-    assert len(calls) == 4
+    assert len(calls) == 5
 
 
 def test_help_lists_what_a_user_needs_and_composes_nothing():
