@@ -47,15 +47,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1, help="-1: no perturbation")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    real = setup.prepare_checkpoint
+    real, copies = setup.prepare_start, []
     with tempfile.TemporaryDirectory() as d:
         def perturbed(cfg, log=print):
-            task, ckpt = real(cfg, log=log)
-            return task, perturbed_copy(ckpt, Path(d) / "ckpt", args.seed)
+            task, ckpt, tok = real(cfg, log=log)
+            copies.append(perturbed_copy(ckpt, Path(d) / "ckpt", args.seed))
+            return task, copies[-1], tok
 
         if args.seed >= 0:
-            setup.prepare_checkpoint = perturbed
+            setup.prepare_start = perturbed  # what the run's set-up calls for its checkpoint
         got = test_train.record_curve(Path(d) / "curve.json", *args.overrides)
+    if args.seed >= 0 and not copies:  # a renamed set-up would otherwise run unperturbed, silently
+        sys.exit("the run never called setup.prepare_start: nothing was perturbed")
     ref = json.loads(test_train.CURVE.read_text())
     print(f"seed {args.seed}, overrides {args.overrides}")
     print("| step | stored pass | this pass | diff | stored reward | this reward | diff |")

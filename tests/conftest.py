@@ -70,6 +70,10 @@ def _session_env(tmp_path_factory):
     os.environ["SCALERL_CACHE"] = cache
     os.environ[WARM_STARTS_ENV] = str(TEST_WARM_STARTS)  # ANSWERS_ONLY's warm start, for runs here and in children
     os.environ["SCALERL_NO_BAR"] = "1"
+    # A run that leaves train.threads at auto would take every core, as many times as workers run
+    # one: on 2 cores under -n 3 the routing metrics' two 1-step runs took 55 s instead of 16 s
+    # (docs/testing.md). A sweep's arms still get their share from the launcher, which sets this itself.
+    os.environ.setdefault("SCALERL_NUM_THREADS", "1")
     os.environ["WANDB_MODE"] = "offline"
     os.environ["WANDB_SILENT"] = "true"
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")

@@ -56,11 +56,12 @@ def record_curve(out: Path, *extra: str) -> list[dict]:
 # pass rate and train reward to the sample. The curves stored per kind before (0.061, 0.072, 0.079
 # at step 0) differed by their warm starts' 400 SFT steps, not by RL. So a kind's rounding moves a
 # few samples at most: 0.01 is 10 of the 1024 held-out samples and 6 of an eval row's 640 training
-# samples. That is a determinism check, not a check of the math: in 20 steps of the 100-step lr
-# warm-up a wrong normalizer or aggregation moved the eval rows by one or two samples too. The first
-# update's loss and grad norm catch those: the rounding runs moved them by at most 1.5e-6 (relative),
-# aggregation=token by 7.2e-3 (loss) and 4.7e-4 (grad norm), adv_norm=prompt by 1.4e-2 and 7.2e-2;
-# FIRST_TOL sits about 70 times above the first and 5-700 times below the others.
+# samples. That is a determinism check more than a check of the math: a wrong normalizer or
+# aggregation moves the eval rows by 0.001-0.017 (adv_norm=prompt, aggregation=token). The first
+# update's loss and grad norm catch those: re-measured with the 10-step warm-up (2026-12-07), every
+# weight one ulp off moved them by at most 5.1e-5 (relative; torch's portable kernels 2.1e-6),
+# aggregation=token by 7.2e-3 (loss) and 4.9e-4 (grad norm), adv_norm=prompt by 1.4e-2 and 7.0e-2;
+# FIRST_TOL sits 2-50 times above the first and 5-700 times below the others.
 PASS_TOL = 0.01
 REWARD_TOL = 0.01
 FIRST_TOL = 1e-4

@@ -182,7 +182,7 @@ def build_run(plan: RunPlan, task: TaskData, ckpt: Path, *, logger: Optional[Log
     t = cfg.train
     # torch's foreach AdamW on CUDA; on a CPU the same ops a slice at a time (train/optimizer.py says why)
     optimizer = build_adamw(params, device, lr=t.lr, betas=t.betas, eps=t.adam_eps, weight_decay=t.weight_decay)
-    # Constant lr after a linear warm-up (arXiv 2510.13786 §2: 100 warm-up steps, then constant).
+    # Constant lr after a linear warm-up (arXiv 2510.13786 §2; the warm-up's length: TrainConfig.warmup_steps).
     warm = max(t.warmup_steps, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     sampler = PromptSampler(len(task.train), cfg.seed, recipe.retire_at)
