@@ -53,8 +53,9 @@ class TrainConfig:
     warmup_steps: int = 10
     """Linear warm-up of the learning rate from 0. The paper's 100 steps (§2) are a few percent of its
     runs of thousands of steps; 10 are the same share of the embedded default's 300. Warmed up for 100,
-    the embedded run rose while its lr still grew, a curve steeper in compute than the sigmoid's
-    approach to its plateau, and every half-compute forecast overshot (docs/findings.md, 2026-12-07).
+    the embedded run rose while its lr still grew, more steeply in compute than it then approached its
+    plateau; one sigmoid follows only one of the two, and every half-compute forecast overshot
+    (docs/findings.md, 2026-12-07).
     A run shorter than its warm-up is the start of a longer one: it never reaches ``lr``."""
     grad_clip: float = 1.0
     temperature: float = 0.6
