@@ -50,7 +50,7 @@ def register() -> None:
     faults.arm()
 
 
-_OWN_TREE_FLAGS = {"-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name"}
+_OWN_TREE_FLAGS = ("-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name")
 """Hydra's flags that compose another config tree, which may set ``hydra.mode`` itself."""
 
 
@@ -59,7 +59,7 @@ def mode_from_overrides(argv: list[str]):
     """Hydra composes the whole config once only to read ``hydra.mode``, then composes it again to
     run (a third of a dry run's compositions). scalerl's tree never sets ``hydra.mode``, so only an
     override can: read it there, and let Hydra compose for it where another tree or an override may set it."""
-    if any(a.startswith(tuple(_OWN_TREE_FLAGS)) or a.lstrip("+~").startswith(("hydra.mode", "hydra.searchpath"))
+    if any(a.startswith(_OWN_TREE_FLAGS) or a.lstrip("+~").startswith(("hydra.mode", "hydra.searchpath"))
            for a in argv):  # the flags also as --config-dir=DIR
         yield
         return
