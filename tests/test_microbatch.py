@@ -99,8 +99,13 @@ def test_micro_batched_update_equals_one_forward(tiny_cfg, aggregation, correcti
     if correction == "none":  # each kept sampled token enters the rare-token tail once, at its generator log-prob
         assert one["rare_tokens"] == int(rare_tokens(ro.gen.logprobs, ro.gen.sampled).sum())
     for k in (k for k in one if not k.endswith("_s")):  # not the timings
-        # The loss nearly cancels (see below): its rounding shows at 1e-4 of its value.
-        assert micro[k] == pytest.approx(one[k], rel=3e-4, abs=1e-7), k
+        # The loss nearly cancels (see below): its rounding shows at 1e-4 of its value. The
+        # generator-trainer mismatch and the ratio's deviation are differences of log-probs that
+        # are equal but for rounding: they sit at the log-probs' own fp32 rounding (micro-batches
+        # padded to other widths, below): up to 9.5e-7 apart on an AMD EPYC, within 1e-7 on the Intel
+        # Xeon it was written on. With IcePop's +-2-nat offsets the mismatch is large and held to rel.
+        rounding = 4e-6 if k.startswith(("mismatch_", "logp_mismatch", "ratio_dev")) else 1e-7
+        assert micro[k] == pytest.approx(one[k], rel=3e-4, abs=rounding), k
     moved = max((weights[0][k] - start[k]).abs().max().item() for k in start)
     worst = max((weights[1][k] - weights[0][k]).abs().max().item() for k in start)
     # Centred advantages make the loss and its gradient a near-cancelling sum, which magnifies the
